@@ -1,0 +1,3 @@
+from scxctl.cli import main
+
+main()

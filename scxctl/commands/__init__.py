@@ -1,0 +1,1 @@
+"""One module per command or command group: parse options, call the library, render."""

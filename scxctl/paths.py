@@ -1,0 +1,75 @@
+"""Every file location scxctl uses, in one place.
+
+System-wide locations (daemon, config) follow the FHS; per-user ones (bench results) follow
+platformdirs. Each can be overridden by an environment variable so tests and unprivileged users
+never touch the real system paths.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+APP = "scxctl"
+
+# variable -> default; the variable wins when set and non-empty
+_SYSTEM = {
+    "SCXCTL_CONFIG_DIR": "/etc/scxctl",
+    "SCXCTL_STATE_DIR": "/var/lib/scxctl",
+    "SCXCTL_LOG_DIR": "/var/log/scxctl",
+    "SCXCTL_RUNTIME_DIR": "/run/scxctl",
+}
+
+
+def _env_path(var: str, default: str | Path) -> Path:
+    value = os.environ.get(var)
+    return Path(value) if value else Path(default)
+
+
+def config_dir() -> Path:
+    return _env_path("SCXCTL_CONFIG_DIR", _SYSTEM["SCXCTL_CONFIG_DIR"])
+
+
+def config_file() -> Path:
+    return _env_path("SCXCTL_CONFIG", config_dir() / "config.toml")
+
+
+def state_dir() -> Path:
+    return _env_path("SCXCTL_STATE_DIR", _SYSTEM["SCXCTL_STATE_DIR"])
+
+
+def state_file() -> Path:
+    return state_dir() / "state.json"
+
+
+def log_dir() -> Path:
+    return _env_path("SCXCTL_LOG_DIR", _SYSTEM["SCXCTL_LOG_DIR"])
+
+
+def daemon_log_file() -> Path:
+    return log_dir() / "daemon.log"
+
+
+def runtime_dir() -> Path:
+    return _env_path("SCXCTL_RUNTIME_DIR", _SYSTEM["SCXCTL_RUNTIME_DIR"])
+
+
+def control_socket() -> Path:
+    return _env_path("SCXCTL_SOCKET", runtime_dir() / "control.sock")
+
+
+def user_data_dir() -> Path:
+    """Per-user data (bench results); honours XDG_DATA_HOME through platformdirs."""
+    return _env_path("SCXCTL_DATA_DIR", platformdirs.user_data_path(APP))
+
+
+def bench_results_dir() -> Path:
+    return user_data_dir() / "bench"
+
+
+def source_root() -> Path | None:
+    """The source checkout this package runs from, if it runs from one (not from an install)."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / "bpf").is_dir() and (root / "pyproject.toml").is_file() else None

@@ -1,0 +1,119 @@
+"""The one place that reads /sys and /proc.
+
+Every reader goes through a `SysRoot`, whose prefix is `/` in production and a fake tree in tests
+(`SCXCTL_SYSROOT` or an explicit argument), so each check can be exercised against present, absent,
+malformed and unreadable files without touching the machine.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHED_EXT_DIR = "/sys/kernel/sched_ext"
+
+# /sys/kernel/sched_ext/state values; the transitional ones appear while a scheduler (un)loads
+STATE_ENABLED = "enabled"
+STATE_DISABLED = "disabled"
+
+
+class SysRoot:
+    """A view of /sys and /proc under a root prefix."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+        if root is None:
+            root = os.environ.get("SCXCTL_SYSROOT") or "/"
+        self.root = Path(root)
+
+    @property
+    def is_real(self) -> bool:
+        return self.root == Path("/")
+
+    def path(self, abspath: str) -> Path:
+        """Map an absolute system path (`/sys/...`) into this root."""
+        return self.root / abspath.lstrip("/")
+
+    def exists(self, abspath: str) -> bool:
+        return self.path(abspath).exists()
+
+    def is_dir(self, abspath: str) -> bool:
+        return self.path(abspath).is_dir()
+
+    def read_bytes(self, abspath: str) -> bytes:
+        return self.path(abspath).read_bytes()
+
+    def read_text(self, abspath: str) -> str:
+        """File contents, stripped; raises OSError (missing, unreadable) or UnicodeDecodeError."""
+        return self.path(abspath).read_text(encoding="utf-8", errors="strict").strip()
+
+    def read_optional(self, abspath: str) -> str | None:
+        """Contents, or None when the file does not exist; other errors propagate."""
+        try:
+            return self.read_text(abspath)
+        except FileNotFoundError:
+            return None
+
+    def kernel_release(self) -> str:
+        if self.is_real:
+            return os.uname().release
+        return self.read_text("/proc/sys/kernel/osrelease")
+
+    def cmdline(self) -> str:
+        return self.read_text("/proc/cmdline")
+
+    def self_cgroup_v2(self) -> str | None:
+        """The unified-hierarchy cgroup path of this process (`0::/path`), or None on cgroup v1."""
+        for line in self.read_text("/proc/self/cgroup").splitlines():
+            hier, _, rest = line.partition(":")
+            controllers, _, path = rest.partition(":")
+            if hier == "0" and controllers == "":
+                return path or "/"
+        return None
+
+
+@dataclass(frozen=True)
+class SchedExtStatus:
+    """What the kernel says about sched_ext right now."""
+
+    available: bool  # /sys/kernel/sched_ext exists (the class is built in)
+    state: str | None  # "enabled", "disabled", a transitional state, or None when unreadable
+    ops: str | None  # name of the loaded root scheduler (root/ops), None when none is loaded
+    switch_all: bool | None
+    nr_rejected: int | None
+    enable_seq: int | None
+
+    @property
+    def enabled(self) -> bool:
+        return self.state == STATE_ENABLED
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def read_sched_ext(sysroot: SysRoot | None = None) -> SchedExtStatus:
+    """Read the sched_ext sysfs directory; never raises (unreadable values come back as None)."""
+    sr = sysroot or SysRoot()
+
+    def get(name: str) -> str | None:
+        try:
+            return sr.read_optional(f"{SCHED_EXT_DIR}/{name}")
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    if not sr.is_dir(SCHED_EXT_DIR):
+        return SchedExtStatus(False, None, None, None, None, None)
+    ops = get("root/ops")
+    switch_all = get("switch_all")
+    return SchedExtStatus(
+        available=True,
+        state=get("state"),
+        ops=ops or None,
+        switch_all=None if switch_all is None else switch_all == "1",
+        nr_rejected=_int_or_none(get("nr_rejected")),
+        enable_seq=_int_or_none(get("enable_seq")),
+    )
