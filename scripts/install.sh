@@ -46,4 +46,16 @@ python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q -e '.[test]'
 
+# pyland's BPF object (bpf/build/pyland.bpf.o, with its source hash embedded) and the test programs;
+# make rebuilds only what changed, so re-running is cheap.
+log "building the BPF objects (make -C bpf)"
+make -C bpf PYTHON="$PWD/.venv/bin/python"
+
+# The sched_ext tests run in a QEMU guest (tools/vm): fetch its kernel and build its root image once.
+# Both are cached under .cache/vm (or $SCXCTL_VM_CACHE) and reused when nothing changed.
+log "preparing the VM guest kernel (tools/vm kernel)"
+.venv/bin/python -m tools.vm kernel
+log "preparing the VM guest image (tools/vm image)"
+.venv/bin/python -m tools.vm image
+
 log "done: run scripts/test.sh"

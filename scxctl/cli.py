@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import enum
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -62,18 +61,26 @@ def _version(value: bool) -> None:
 @app.callback()
 def _global(
     ctx: typer.Context,
-    version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
-    ),
-    log_format: LogFormatChoice = typer.Option(
-        LogFormatChoice.auto,
-        "--log-format",
-        help="Log rendering: console on a TTY and JSON lines otherwise (auto), or forced.",
-    ),
-    verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More log output (debug)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only warnings and errors in the log."),
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+    log_format: Annotated[
+        LogFormatChoice,
+        typer.Option(
+            "--log-format",
+            help="Log rendering: console on a TTY and JSON lines otherwise (auto), or forced.",
+        ),
+    ] = LogFormatChoice.auto,
+    verbose: Annotated[
+        int, typer.Option("--verbose", "-v", count=True, help="More log output (debug).")
+    ] = 0,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Only warnings and errors in the log.")
+    ] = False,
 ) -> None:
-    opts = GlobalOptions(log_format=log_format.value, verbose=verbose, quiet=quiet)  # type: ignore[arg-type]
+    fmt: logsetup.LogFormat = log_format.value  # type: ignore[assignment]
+    opts = GlobalOptions(log_format=fmt, verbose=verbose, quiet=quiet)
     ctx.obj = opts
     logsetup.configure(opts.log_format, logsetup.level_for(verbose, quiet))
 
@@ -84,9 +91,18 @@ def global_options(ctx: typer.Context) -> GlobalOptions:
 
 
 # Each command module registers itself; keep this list in help order.
+from scxctl.commands import bench  # noqa: E402
 from scxctl.commands import doctor  # noqa: E402
+from scxctl.commands import daemon as daemon_cmd  # noqa: E402
+from scxctl.commands import lifecycle, logs  # noqa: E402
+from scxctl.commands import run as run_cmd  # noqa: E402
 
 doctor.register(app)
+run_cmd.register(app)
+lifecycle.register(app)
+logs.register(app)
+daemon_cmd.register(app)
+bench.register(app)
 
 
 def main() -> None:

@@ -73,3 +73,26 @@ def source_root() -> Path | None:
     """The source checkout this package runs from, if it runs from one (not from an install)."""
     root = Path(__file__).resolve().parent.parent
     return root if (root / "bpf").is_dir() and (root / "pyproject.toml").is_file() else None
+
+
+def vm_cache_dir(checkout: Path) -> Path:
+    """Cache of the VM test harness (guest kernel, base image) in `checkout`; SCXCTL_VM_CACHE overrides."""
+    return _env_path("SCXCTL_VM_CACHE", checkout / ".cache" / "vm")
+
+
+PYLAND_OBJECT_ENV = "SCXCTL_BPF_OBJECT"
+PYLAND_OBJECT_INSTALLED = "/usr/lib/scxctl/pyland.bpf.o"
+
+
+def pyland_object_candidates() -> list[tuple[str, Path]]:
+    """Where the pyland BPF object may be, in the loader's search order, each with its origin:
+    $SCXCTL_BPF_OBJECT, the checkout's bpf/build/pyland.bpf.o, the installed object."""
+    out: list[tuple[str, Path]] = []
+    env = os.environ.get(PYLAND_OBJECT_ENV)
+    if env:
+        out.append((f"${PYLAND_OBJECT_ENV}", Path(env)))
+    root = source_root()
+    if root is not None:
+        out.append(("checkout", root / "bpf" / "build" / "pyland.bpf.o"))
+    out.append(("installed", Path(PYLAND_OBJECT_INSTALLED)))
+    return out

@@ -8,6 +8,7 @@ malformed and unreadable files without touching the machine.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,14 +63,44 @@ class SysRoot:
     def cmdline(self) -> str:
         return self.read_text("/proc/cmdline")
 
-    def self_cgroup_v2(self) -> str | None:
-        """The unified-hierarchy cgroup path of this process (`0::/path`), or None on cgroup v1."""
+    def self_cgroups(self) -> list[CgroupMembership]:
+        """Every line of /proc/self/cgroup: one per v1 hierarchy, plus `0::/path` for cgroup v2."""
+        result = []
         for line in self.read_text("/proc/self/cgroup").splitlines():
             hier, _, rest = line.partition(":")
             controllers, _, path = rest.partition(":")
-            if hier == "0" and controllers == "":
-                return path or "/"
+            result.append(CgroupMembership(hier, tuple(c for c in controllers.split(",") if c), path or "/"))
+        return result
+
+    def self_cgroup_v2(self) -> str | None:
+        """The unified-hierarchy cgroup path of this process (`0::/path`), or None on cgroup v1."""
+        for m in self.self_cgroups():
+            if m.hierarchy == "0" and not m.controllers:
+                return m.path
         return None
+
+    def cgroup2_mount(self) -> str | None:
+        """Where the cgroup2 filesystem is mounted (`/sys/fs/cgroup`, or `.../unified` on hybrid systems)."""
+        for line in self.read_text("/proc/self/mountinfo").splitlines():
+            fields, sep, tail = line.partition(" - ")
+            parts = fields.split()
+            if sep and len(parts) >= 5 and tail.split(" ", 1)[0] == "cgroup2":
+                return _unescape_mountinfo(parts[4])
+        return None
+
+
+@dataclass(frozen=True)
+class CgroupMembership:
+    """One line of /proc/PID/cgroup."""
+
+    hierarchy: str  # "0" for the unified (v2) hierarchy
+    controllers: tuple[str, ...]  # empty for v2 (and for named v1 hierarchies such as name=systemd)
+    path: str
+
+
+def _unescape_mountinfo(field: str) -> str:
+    """Mount points in mountinfo escape space, tab, newline and backslash as \\ooo octal."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
 @dataclass(frozen=True)
@@ -117,3 +148,12 @@ def read_sched_ext(sysroot: SysRoot | None = None) -> SchedExtStatus:
         nr_rejected=_int_or_none(get("nr_rejected")),
         enable_seq=_int_or_none(get("enable_seq")),
     )
+
+
+def sysrq_reset_sched_ext(sysroot: SysRoot | None = None) -> None:
+    """SysRq-S: the kernel unloads whatever BPF scheduler is loaded (exit kind SYSRQ), any owner.
+
+    The only way to unload a scheduler some other process holds; root only (OSError otherwise).
+    """
+    sr = sysroot or SysRoot()
+    sr.path("/proc/sysrq-trigger").write_text("S")

@@ -38,6 +38,11 @@ def doctor(json_output: bool = typer.Option(False, "--json", help="Print the sta
         ui.out.print(
             f"{counts['ok']} ok, {counts['warn']} warn, {counts['fail']} fail, {counts['skip']} skip"
         )
+        verdict = next((r for r in results if r.id == "verdict"), None)
+        if verdict is not None:
+            ui.out.print(f"[{_STYLE[verdict.status]}]Verdict: {verdict.finding}[/]", markup=True)
+            if verdict.hint:
+                ui.out.print(f"What to do: {verdict.hint}", markup=False)
     if any(r.status is Status.FAIL for r in results):
         raise typer.Exit(int(ExitCode.FAILURE))
 

@@ -6,14 +6,16 @@ from typing import Any
 
 from scxctl import __version__
 from scxctl.doctor import registry
-from scxctl.doctor.model import SCHEMA_VERSION, REGISTRY, CheckResult, DoctorContext, Status
+from scxctl.doctor.model import SCHEMA_VERSION, CheckResult, DoctorContext, Status
+from scxctl.log import get_logger
+
+log = get_logger("scxctl.doctor")
 
 
 def run_checks(ctx: DoctorContext | None = None) -> list[CheckResult]:
-    registry.load()
     ctx = ctx or DoctorContext()
     results: list[CheckResult] = []
-    for reg in REGISTRY:
+    for reg in registry.ordered():
         try:
             result = reg.fn(ctx)
         except Exception as exc:  # a check must yield a result, whatever the machine looks like
@@ -24,6 +26,8 @@ def run_checks(ctx: DoctorContext | None = None) -> list[CheckResult]:
                 f"the check itself failed: {type(exc).__name__}: {exc}",
                 "report this as a bug in scxctl, with `scxctl doctor --json` output",
             )
+            log.debug("doctor check crashed", check=reg.id, exc_info=True)  # traceback only with -v
+        log.debug("doctor check", check=result.id, status=result.status.value, finding=result.finding)
         ctx.results[result.id] = result
         results.append(result)
     return results

@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * One pyland object for kernels 6.12 through 7.3.
+ *
+ * vmlinux.h is included with BPF_NO_KFUNC_PROTOTYPES: every sched_ext kfunc pyland calls is declared
+ * here, `__ksym __weak`, under a flavoured name. libbpf (>= 1.3) strips the last `___suffix` when it
+ * resolves the name against the running kernel's BTF, a missing one resolves to 0, and
+ * bpf_ksym_exists() picks the variant at load time (the verifier removes the dead branches).
+ * Kernel renames (see /work/shared/reference/sched_ext.md):
+ *   6.13  scx_bpf_dispatch[_vtime] -> scx_bpf_dsq_insert[_vtime], scx_bpf_consume -> _dsq_move_to_local
+ *   6.14  scx_bpf_now()
+ *   6.17  the pre-6.13 names removed
+ *   6.19  scx_bpf_dsq_insert___v2 (returns bool), __scx_bpf_dsq_insert_vtime(p, args),
+ *         scx_bpf_task_set_slice()
+ *   7.1   scx_bpf_dsq_move_to_local___v2(dsq_id, enq_flags)
+ *   7.3   scx_bpf_cpu_rq() removed: never referenced here.
+ * A name the kernel itself spells with `___v2` needs a second suffix (`___v2___pyl`) because libbpf
+ * strips only the last one.
+ */
+#ifndef __PYLAND_COMPAT_H
+#define __PYLAND_COMPAT_H
+
+#define PF_KSWAPD	0x00020000	/* not in BTF: #defines do not survive into vmlinux.h */
+#define PF_KTHREAD	0x00200000
+#define CLOCK_MONOTONIC	1
+
+#ifndef EBUSY
+#define EBUSY		16
+#endif
+#ifndef ENOMEM
+#define ENOMEM		12
+#endif
+#ifndef E2BIG
+#define E2BIG		7
+#endif
+
+#define BPF_STRUCT_OPS(name, args...)		SEC("struct_ops/" #name) BPF_PROG(name, ##args)
+#define BPF_STRUCT_OPS_SLEEPABLE(name, args...)	SEC("struct_ops.s/" #name) BPF_PROG(name, ##args)
+
+/* kfuncs present in every kernel since 6.12 */
+s32 scx_bpf_create_dsq(u64 dsq_id, s32 node) __ksym;
+s32 scx_bpf_dsq_nr_queued(u64 dsq_id) __ksym;
+void scx_bpf_kick_cpu(s32 cpu, u64 flags) __ksym;
+s32 scx_bpf_select_cpu_dfl(struct task_struct *p, s32 prev_cpu, u64 wake_flags, bool *is_idle) __ksym;
+s32 scx_bpf_pick_idle_cpu(const struct cpumask *cpus_allowed, u64 flags) __ksym;
+s32 scx_bpf_task_cpu(const struct task_struct *p) __ksym;
+u32 scx_bpf_dispatch_nr_slots(void) __ksym;
+u32 scx_bpf_nr_cpu_ids(void) __ksym;
+void scx_bpf_error_bstr(char *fmt, unsigned long long *data, u32 data__sz) __ksym;
+struct task_struct *bpf_task_from_pid(s32 pid) __ksym;
+void bpf_task_release(struct task_struct *p) __ksym;
+bool bpf_cpumask_test_cpu(u32 cpu, const struct cpumask *cpumask) __ksym;
+
+/* insert into a FIFO DSQ */
+bool scx_bpf_dsq_insert___v2___pyl(struct task_struct *p, u64 dsq_id, u64 slice, u64 enq_flags) __ksym __weak;
+void scx_bpf_dsq_insert___v1(struct task_struct *p, u64 dsq_id, u64 slice, u64 enq_flags) __ksym __weak;
+void scx_bpf_dispatch___v0(struct task_struct *p, u64 dsq_id, u64 slice, u64 enq_flags) __ksym __weak;
+
+static __always_inline void pyl_dsq_insert(struct task_struct *p, u64 dsq_id, u64 slice, u64 enq_flags)
+{
+	if (bpf_ksym_exists(scx_bpf_dsq_insert___v2___pyl))
+		scx_bpf_dsq_insert___v2___pyl(p, dsq_id, slice, enq_flags);
+	else if (bpf_ksym_exists(scx_bpf_dsq_insert___v1))
+		scx_bpf_dsq_insert___v1(p, dsq_id, slice, enq_flags);
+	else
+		scx_bpf_dispatch___v0(p, dsq_id, slice, enq_flags);
+}
+
+/* insert into a vtime-ordered DSQ */
+bool __scx_bpf_dsq_insert_vtime___v2(struct task_struct *p,
+				     struct scx_bpf_dsq_insert_vtime_args *args) __ksym __weak;
+void scx_bpf_dsq_insert_vtime___v1(struct task_struct *p, u64 dsq_id, u64 slice, u64 vtime,
+				   u64 enq_flags) __ksym __weak;
+void scx_bpf_dispatch_vtime___v0(struct task_struct *p, u64 dsq_id, u64 slice, u64 vtime,
+				 u64 enq_flags) __ksym __weak;
+
+static __always_inline void pyl_dsq_insert_vtime(struct task_struct *p, u64 dsq_id, u64 slice, u64 vtime,
+						 u64 enq_flags)
+{
+	if (bpf_ksym_exists(__scx_bpf_dsq_insert_vtime___v2)) {
+		struct scx_bpf_dsq_insert_vtime_args args = {
+			.dsq_id = dsq_id, .slice = slice, .vtime = vtime, .enq_flags = enq_flags,
+		};
+		__scx_bpf_dsq_insert_vtime___v2(p, &args);
+	} else if (bpf_ksym_exists(scx_bpf_dsq_insert_vtime___v1)) {
+		scx_bpf_dsq_insert_vtime___v1(p, dsq_id, slice, vtime, enq_flags);
+	} else {
+		scx_bpf_dispatch_vtime___v0(p, dsq_id, slice, vtime, enq_flags);
+	}
+}
+
+/* move the first task of a DSQ to this CPU's local DSQ; true when one moved */
+bool scx_bpf_dsq_move_to_local___v2___pyl(u64 dsq_id, u64 enq_flags) __ksym __weak;
+bool scx_bpf_dsq_move_to_local___v1(u64 dsq_id) __ksym __weak;
+bool scx_bpf_consume___v0(u64 dsq_id) __ksym __weak;
+
+static __always_inline bool pyl_dsq_move_to_local(u64 dsq_id)
+{
+	if (bpf_ksym_exists(scx_bpf_dsq_move_to_local___v2___pyl))
+		return scx_bpf_dsq_move_to_local___v2___pyl(dsq_id, 0);
+	if (bpf_ksym_exists(scx_bpf_dsq_move_to_local___v1))
+		return scx_bpf_dsq_move_to_local___v1(dsq_id);
+	return scx_bpf_consume___v0(dsq_id);
+}
+
+/* clock shared with the scheduler core (rq clock); plain monotonic time before 6.14 */
+u64 scx_bpf_now___v1(void) __ksym __weak;
+
+static __always_inline u64 pyl_now(void)
+{
+	return bpf_ksym_exists(scx_bpf_now___v1) ? scx_bpf_now___v1() : bpf_ktime_get_ns();
+}
+
+/* 7.0 warns on direct writes to p->scx.slice; the kfunc exists from 6.19 */
+bool scx_bpf_task_set_slice___v1(struct task_struct *p, u64 slice) __ksym __weak;
+
+static __always_inline void pyl_set_slice(struct task_struct *p, u64 slice)
+{
+	if (bpf_ksym_exists(scx_bpf_task_set_slice___v1))
+		scx_bpf_task_set_slice___v1(p, slice);
+	else
+		p->scx.slice = slice;
+}
+
+/* scx_bpf_error(): formats like bpf_printk and makes the kernel eject the scheduler (ERROR_BPF) */
+#define scx_bpf_error(fmt, args...)						\
+({										\
+	static char ___fmt[] = fmt;						\
+	unsigned long long ___param[___bpf_narg(args)];				\
+										\
+	_Pragma("GCC diagnostic push")						\
+	_Pragma("GCC diagnostic ignored \"-Wint-conversion\"")			\
+	___bpf_fill(___param, args);						\
+	_Pragma("GCC diagnostic pop")						\
+										\
+	scx_bpf_error_bstr(___fmt, ___param, sizeof(___param));			\
+})
+
+#endif /* __PYLAND_COMPAT_H */

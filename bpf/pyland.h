@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * pyland: records and shared state exchanged between the BPF core and the Python loop.
+ *
+ * Mirrored in scxctl/pyland/records.py (Python struct formats, native alignment). Any change here
+ * must change records.py too: tests/test_pyland_records.py compares both against this object's BTF.
+ */
+#ifndef __PYLAND_H
+#define __PYLAND_H
+
+#define PYLAND_OPS_NAME		"pyland"
+#define PYLAND_CPU_ANY		(-1)	/* decision.cpu: any CPU -> shared DSQ */
+#define PYLAND_DECISION_PREEMPT	1ULL	/* decision.flags: kick the target CPU with SCX_KICK_PREEMPT */
+#define PYLAND_COMM_LEN		16
+#define PYLAND_REASON_LEN	128
+#define PYLAND_MSG_LEN		1024
+
+/* queued ring buffer record (kernel -> user): one per task to schedule; 80 bytes */
+struct pyland_task {
+	__s32 pid;
+	__s32 cpu;		/* previous CPU */
+	__u32 nr_cpus_allowed;
+	__u32 flags;		/* SCX enqueue flags, low 32 bits (SCX_ENQ_WAKEUP = 1) */
+	__u64 start_ts;		/* last time the task started running (ns) */
+	__u64 stop_ts;		/* last time the task stopped running (ns) */
+	__u64 exec_runtime;	/* ns of CPU time since the task last slept */
+	__u64 weight;		/* 1..10000, 100 = nice 0 */
+	__u64 vtime;		/* vruntime last returned by user space, 0 for a new task */
+	__u64 enq_cnt;		/* generation of this enqueue */
+	char comm[PYLAND_COMM_LEN];
+};
+
+/* dispatched user ring buffer record (user -> kernel): one decision per task; 48 bytes */
+struct pyland_decision {
+	__s32 pid;
+	__s32 cpu;		/* target CPU or PYLAND_CPU_ANY */
+	__u64 flags;		/* PYLAND_DECISION_PREEMPT */
+	__u64 slice_ns;		/* 0 -> BPF default slice */
+	__u64 deadline;		/* ordering key in the DSQ (vtime insert) */
+	__u64 vtime;		/* the task's new vruntime, echoed in its next pyland_task.vtime */
+	__u64 enq_cnt;		/* echo of pyland_task.enq_cnt; a stale generation is dropped */
+};
+
+/* read-only configuration (.rodata), written by user space before load */
+struct pyland_config {
+	__u64 slice_ns;		/* BPF default/refill slice (1 ms); NOT the 20 ms user-space budget */
+	__u32 usersched_tgid;	/* the scheduler process: all its threads go to SCHED_DSQ */
+	__u32 builtin_idle;	/* 1: select_cpu picks an idle CPU and dispatches there directly */
+	__u64 timer_ns;		/* heartbeat period of the watchdog-keeping timer */
+};
+
+/* why the scheduler left, copied from struct scx_exit_info in ops.exit */
+struct pyland_exit_info {
+	__s64 kind;		/* enum scx_exit_kind; 0 while attached */
+	__s64 exit_code;
+	char reason[PYLAND_REASON_LEN];
+	char msg[PYLAND_MSG_LEN];
+};
+
+/*
+ * Shared state (.bss, mmap'ed by user space). Every field has exactly ONE writer: Python cannot do
+ * atomic read-modify-write on shared memory, so the counters user space owns are plain stores.
+ */
+struct pyland_shared {
+	/* written by BPF */
+	__u64 nr_queued;		/* records submitted to `queued` (incremented BEFORE submit) */
+	__u64 nr_dispatched;		/* decisions applied (inserted into a DSQ) */
+	__u64 nr_stale;			/* decisions dropped: enq_cnt older than the task's generation */
+	__u64 nr_missing;		/* decisions dropped: the task exited */
+	__u64 nr_bounced;		/* decisions whose CPU the task may not use -> shared DSQ */
+	__u64 nr_ring_full;		/* `queued` full -> task inserted into the shared DSQ by BPF */
+	__u64 nr_kthread;		/* per-CPU kthreads, kswapd, kcompactd, khugepaged run directly */
+	__u64 nr_direct;		/* builtin_idle: dispatched to an idle CPU from select_cpu */
+	__u64 nr_preempt_kicks;		/* decisions with PREEMPT that kicked their CPU */
+	__u64 nr_drain_busy;		/* drain found another CPU draining (it drains for us) */
+	__u64 nr_usersched_runs;	/* times the scheduler task got a CPU */
+	__u64 nr_timer_kicks;		/* heartbeat timer found pending work and kicked a CPU */
+	__u64 nr_tick_yields;		/* tick made a task yield so the waiting scheduler could run */
+	__u64 nr_enabled;		/* tasks currently in the sched_ext class under pyland */
+	__u64 usersched_last_run_at;	/* ns, scx_bpf_now() when the scheduler last started */
+	/* written by user space */
+	__u64 nr_consumed;		/* records read from `queued` */
+	__u64 nr_scheduled;		/* tasks read but whose decision is not yet written (the pool) */
+	__u64 nr_written;		/* decisions written to `dispatched` */
+	/* written once by ops.exit */
+	struct pyland_exit_info exit;
+};
+
+#endif /* __PYLAND_H */

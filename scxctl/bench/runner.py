@@ -1,0 +1,235 @@
+"""Tests x schedulers: run each scheduler in turn, every selected test under it, into one report."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from scxctl import __version__, paths
+from scxctl.bench import adaptive, fairness
+from scxctl.bench.converge import Measurement
+from scxctl.bench.env import Env
+from scxctl.bench.overhead import measure_overhead
+from scxctl.bench.scheduler import RunningScheduler, SchedulerLeft, SchedulerSpec, check_can_start
+from scxctl.bench.schema import SCHEMA_ID
+from scxctl.bench.topology import Topology, check_cpu, load_topology
+from scxctl.errors import ExitCode, ScxctlError, UsageError
+from scxctl.fsutil import atomic_write_text
+from scxctl.log import get_logger
+from scxctl.sysfs import SysRoot, read_sched_ext
+
+log = get_logger("scxctl.bench")
+
+
+@dataclass(frozen=True)
+class TestInfo:
+    cli_name: str
+    name: str  # schtest's name
+    threshold: float
+    direction: str  # "<" or ">="
+    summary: str
+
+
+TESTS: dict[str, TestInfo] = {
+    "adaptive-priority": TestInfo(
+        "adaptive-priority",
+        adaptive.NAME,
+        adaptive.THRESHOLD,
+        adaptive.DIRECTION,
+        "p90 fast-wake / p90 slow-wake latency on one CPU (lower is better)",
+    ),
+    "fairness": TestInfo(
+        "fairness",
+        fairness.NAME,
+        fairness.THRESHOLD,
+        fairness.DIRECTION,
+        "p10 / mean CPU time of pinned + unpinned spinners (higher is better)",
+    ),
+}
+
+
+@dataclass
+class BenchOptions:
+    tests: list[str]
+    schedulers: list[SchedulerSpec]
+    min_time: float = 5.0
+    max_time: float = 10.0
+    cpu: int | None = None
+    start_timeout_s: float = 60.0
+
+
+@dataclass
+class Hooks:
+    """What the terminal renderer plugs in (all optional)."""
+
+    begin_test: Callable[[str, str], None] = field(default=lambda scheduler, test: None)
+    end_test: Callable[[dict[str, Any]], None] = field(default=lambda result: None)
+    env: Env = field(default_factory=Env)
+
+
+def validate(opts: BenchOptions, sysroot: SysRoot | None = None) -> tuple[Topology, int]:
+    """Every check that can fail before anything starts; returns the topology and the test CPU."""
+    if opts.min_time <= 0 or opts.max_time <= 0:
+        raise UsageError("--min-time and --max-time must be positive")
+    if opts.min_time > opts.max_time:
+        raise UsageError(f"--min-time ({opts.min_time:g} s) is greater than --max-time ({opts.max_time:g} s)")
+    for t in opts.tests:
+        if t not in TESTS:
+            raise UsageError(f"unknown test {t!r} (known: {', '.join(TESTS)})")
+    topo = load_topology(sysroot)
+    cpu = topo.first_hyperthread if opts.cpu is None else opts.cpu
+    check_cpu(topo, cpu)
+    if any(s.kind != "default" for s in opts.schedulers):
+        check_can_start(sysroot)
+    return topo, cpu
+
+
+def machine_facts(topo: Topology, sysroot: SysRoot | None = None) -> dict[str, Any]:
+    sr = sysroot or SysRoot()
+    st = read_sched_ext(sr)
+    model = None
+    try:
+        for line in sr.read_text("/proc/cpuinfo").splitlines():
+            if line.startswith("model name"):
+                model = line.partition(":")[2].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "kernel": sr.kernel_release(),
+        "machine": platform.machine(),
+        "cpu_model": model,
+        "cpus_online": len(topo.online),
+        "online_cpus": topo.online,
+        "cores": topo.cores,
+        "python": platform.python_version(),
+        "scxctl": __version__,
+        "sched_ext": {"available": st.available, "state": st.state, "ops": st.ops},
+    }
+
+
+def _status(info: TestInfo, final: Measurement | None) -> tuple[str, bool | None, bool]:
+    """(status, passed, unreliable) of a test from its final counted measurement."""
+    if final is None or final.metric is None:
+        return "unreliable", None, True
+    passed = final.metric < info.threshold if info.direction == "<" else final.metric >= info.threshold
+    unreliable = bool(final.detail.get("unreliable", False))
+    if unreliable:
+        return "unreliable", passed, True
+    return ("pass" if passed else "fail"), passed, False
+
+
+def _run_test(info: TestInfo, opts: BenchOptions, topo: Topology, cpu: int, env: Env) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "test": info.name,
+        "threshold": info.threshold,
+        "direction": info.direction,
+        "status": "error",
+        "metric": None,
+        "pass": None,
+        "unreliable": False,
+        "error": None,
+        "cpu": cpu if info.name == adaptive.NAME else None,
+        "overhead": None,
+        "measurements": [],
+        "final": None,
+        "elapsed_s": None,
+    }
+    out: list[Measurement] = []
+    t0 = time.monotonic()
+    try:
+        result["overhead"] = measure_overhead(env, cpu)
+        if info.name == adaptive.NAME:
+            final = adaptive.run(env, cpu, opts.min_time, opts.max_time, out)
+        else:
+            final = fairness.run(env, topo.online, opts.min_time, opts.max_time, out)
+        env.health()  # ejected during the last round?
+        status, passed, unreliable = _status(info, final if final.counted else None)
+        result.update({"status": status, "pass": passed, "unreliable": unreliable})
+        result["metric"] = None if final.metric is None else round(final.metric, 4)
+        result["final"] = final.to_json()
+    except SchedulerLeft as exc:
+        result.update(status="invalid", error=exc.message)
+    except ScxctlError as exc:
+        if exc.code in (ExitCode.PERMISSION, ExitCode.USAGE):
+            raise
+        result.update(status="error", error=exc.message)
+    finally:
+        result["measurements"] = [m.to_json() for m in out]
+        result["elapsed_s"] = round(time.monotonic() - t0, 3)
+    return result
+
+
+def run_bench(
+    opts: BenchOptions, hooks: Hooks | None = None, sysroot: SysRoot | None = None
+) -> dict[str, Any]:
+    hooks = hooks or Hooks()
+    topo, cpu = validate(opts, sysroot)
+    report: dict[str, Any] = {
+        "schema": SCHEMA_ID,
+        "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": machine_facts(topo, sysroot),
+        "options": {
+            "tests": [TESTS[t].name for t in opts.tests],
+            "min_time_s": opts.min_time,
+            "max_time_s": opts.max_time,
+            "cpu": cpu,
+            "schedulers": [s.label for s in opts.schedulers],
+        },
+        "runs": [],
+        "exit_code": None,
+    }
+    for spec in opts.schedulers:
+        run: dict[str, Any] = {
+            "scheduler": spec.to_json(),
+            "valid": True,
+            "invalid_reason": None,
+            "tests": [],
+        }
+        report["runs"].append(run)
+        with RunningScheduler(spec, sysroot, opts.start_timeout_s) as sched:
+            run["scheduler"] = sched.facts()
+            env = Env(
+                sched_ext=sched.partial,
+                heartbeat=hooks.env.heartbeat,
+                health=sched.check,
+                on_start=hooks.env.on_start,
+                on_done=hooks.env.on_done,
+                round_timeout_s=hooks.env.round_timeout_s,
+            )
+            for name in opts.tests:
+                info = TESTS[name]
+                hooks.begin_test(spec.label, info.name)
+                result = _run_test(info, opts, topo, cpu, env)
+                run["tests"].append(result)
+                hooks.end_test(result)
+                if result["status"] == "invalid":
+                    run.update(valid=False, invalid_reason=result["error"])
+                    break
+    report["exit_code"] = int(exit_code(report))
+    return report
+
+
+def exit_code(report: dict[str, Any]) -> ExitCode:
+    """EJECTED if any run is invalid; OK only when every test passed reliably; FAILURE otherwise."""
+    if any(not r["valid"] for r in report["runs"]):
+        return ExitCode.EJECTED
+    statuses = [t["status"] for r in report["runs"] for t in r["tests"]]
+    return ExitCode.OK if statuses and all(s == "pass" for s in statuses) else ExitCode.FAILURE
+
+
+def save(report: dict[str, Any], text: str, output: Path | None = None) -> Path:
+    """Atomic writes: always under bench_results_dir() with a timestamp, and to --output if given."""
+    stamp = report["created"].replace("-", "").replace(":", "")
+    tests = "+".join(t.replace("_", "-") for t in report["options"]["tests"])
+    path = paths.bench_results_dir() / f"{stamp}-{tests}-{os.getpid()}.json"
+    atomic_write_text(path, text)
+    if output is not None:
+        atomic_write_text(output, text)
+    return path

@@ -1,0 +1,1 @@
+"""BPF plumbing: raw bpf(2) calls, and libbpf loading of the pyland object."""

@@ -1,0 +1,149 @@
+"""`scxctl enable|switch|disable|status|list`: talk to the daemon, render its answer."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+import typer
+
+from scxctl import ui
+from scxctl.daemon import client
+from scxctl.daemon.modes import Mode
+from scxctl.errors import ExitCode, ScxctlError, UsageError
+from scxctl.sysfs import read_sched_ext
+
+
+def _ago(ts: float | None) -> str:
+    if not ts:
+        return ""
+    secs = max(0, int(time.time() - ts))
+    return f"{secs}s ago" if secs < 120 else f"{secs // 60}m ago" if secs < 7200 else f"{secs // 3600}h ago"
+
+
+def render_status(st: dict[str, Any]) -> None:
+    k, d, s, dm = st["kernel"], st["desired"], st["supervisor"], st["daemon"]
+    ui.out.print(f"[bold]{st['summary']}[/bold]")
+    owner = {"scxctl": "managed by scxctl", "other": "NOT managed by scxctl", None: "none loaded"}[k["owner"]]
+    ui.out.print(f"kernel:     sched_ext {k['state'] or 'unavailable'}, ops {k['ops'] or '-'} ({owner})")
+    want = f"{d['scheduler']} mode {d['mode']}" + (f" policy {d['policy']}" if d["policy"] else "")
+    ui.out.print(
+        f"desired:    {want if d['enabled'] else 'disabled'} (set {_ago(d['updated_at']) or 'never'})"
+    )
+    ui.out.print(
+        f"supervisor: {s['phase']}, pid {s['pid'] or '-'}, restarts {s['restart_count']}, "
+        f"failures in window {s['failures_in_window']}"
+    )
+    last = s["last_exit"]
+    if last:
+        msg = f" - {last['message']}" if last.get("message") else ""
+        ui.out.print(f"last exit:  {last['kind']}: {last['reason']}{msg} ({_ago(last['at'])})", markup=False)
+    if s["gave_up"]:
+        ui.out.print(f"gave up:    {s['gave_up']['reason']}", markup=False)
+    for key in ("config_error", "state_error"):
+        if dm.get(key):
+            ui.out.print(f"[red]{key.replace('_', ' ')}:[/red] {dm[key]}")
+
+
+def status(json_output: bool = typer.Option(False, "--json", help="Print the JSON status document.")) -> None:
+    """What runs now, from the kernel's point of view, and what the daemon wants and did.
+
+    Without a daemon the kernel's view is still printed, and the exit status is 6.
+    """
+    try:
+        st = client.call("status")
+    except client.DaemonUnreachable as exc:
+        k = read_sched_ext()
+        kernel = {
+            "sched_ext": k.available,
+            "state": k.state,
+            "ops": k.ops,
+            "owner": None if not (k.enabled or k.ops) else "other",
+        }
+        if json_output:
+            ui.print_json({"summary": f"no daemon: {exc.message}", "kernel": kernel, "daemon": None})
+        else:
+            ui.out.print(f"daemon:     not running ({exc.message})", markup=False)
+            ui.out.print(f"kernel:     sched_ext {k.state or 'unavailable'}, ops {k.ops or '-'}")
+        raise typer.Exit(int(ExitCode.DAEMON_UNREACHABLE)) from None
+    if json_output:
+        ui.print_json(st)
+    else:
+        render_status(st)
+
+
+def _change(op: str, args: dict[str, Any], auto_start: bool) -> None:
+    try:
+        st = client.call(op, args, timeout=client.CHANGE_TIMEOUT_S)
+    except client.DaemonUnreachable:
+        if not auto_start:
+            raise
+        how = client.start_daemon()
+        ui.err.print(f"scxctl: started the daemon ({how})")
+        st = client.call(op, args, timeout=client.CHANGE_TIMEOUT_S)
+    ui.out.print(st["summary"], markup=False)
+
+
+def enable(
+    scheduler: str | None = typer.Argument(None, help="pyland (default) or an allow-listed scx_* scheduler."),
+    mode: Annotated[Mode | None, typer.Option("--mode", "-m", help="Mode (default from the config).")] = None,
+    policy: str | None = typer.Option(None, "--policy", "-p", help="pyland policy (deadline, fifo, ...)."),
+    force: bool = typer.Option(False, "--force", help="Unload a scheduler scxctl did not start (SysRq-S)."),
+) -> None:
+    """Run a scheduler under the daemon (started if needed) and keep it running across failures and boots."""
+    args = {"scheduler": scheduler, "mode": mode.value if mode else None, "policy": policy, "force": force}
+    _change("enable", args, auto_start=True)
+
+
+def switch(
+    scheduler: str | None = typer.Argument(
+        None, help="Scheduler to switch to (keeps the current one if omitted)."
+    ),
+    mode: Annotated[Mode | None, typer.Option("--mode", "-m", help="Mode to switch to.")] = None,
+    policy: str | None = typer.Option(None, "--policy", "-p", help="pyland policy to switch to."),
+) -> None:
+    """Change the running scheduler or its mode (scheduler name or --mode required)."""
+    if scheduler is None and mode is None and policy is None:
+        raise UsageError("give a scheduler or --mode", hint="scxctl list shows both")
+    _change("switch", {"scheduler": scheduler, "mode": mode.value if mode else None, "policy": policy}, False)
+
+
+def disable() -> None:
+    """Stop the daemon's scheduler and return to the kernel's default scheduler (remembered across boots)."""
+    _change("disable", {}, auto_start=False)
+
+
+def list_(json_output: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Schedulers the daemon may run (pyland and the config's allow-list) and the modes."""
+    try:
+        data = client.call("list")
+    except client.DaemonUnreachable:
+        from scxctl import paths
+        from scxctl.daemon.config import ConfigError, load_config
+        from scxctl.daemon.service import listing
+
+        try:
+            data = listing(load_config(paths.config_file()))
+        except ConfigError as exc:
+            raise ScxctlError(str(exc)) from None
+    if json_output:
+        ui.print_json(data)
+        return
+    ui.out.print("[bold]schedulers[/bold]")
+    for s in data["schedulers"]:
+        default = " (default)" if s["name"] == data["default_scheduler"] else ""
+        extra = f"policies: {', '.join(s['policies'])}" if s["kind"] == "pyland" else " ".join(s["command"])
+        avail = "" if s["available"] else " [red]missing[/red]"
+        ui.out.print(f"  {s['name']}{default}: ops {s['ops']}; {extra}{avail}")
+    ui.out.print("[bold]modes[/bold]")
+    for m in data["modes"]:
+        default = " (default)" if m["name"] == data["default_mode"] else ""
+        ui.out.print(f"  {m['name']}{default}: {' '.join(m['pyland_options'])} - {m['why']}", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("enable")(enable)
+    app.command("switch")(switch)
+    app.command("disable")(disable)
+    app.command("status")(status)
+    app.command("list")(list_)

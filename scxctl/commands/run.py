@@ -1,0 +1,78 @@
+"""`scxctl run [pyland]`: run the pyland scheduler in the foreground until Ctrl-C/SIGTERM."""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from scxctl.errors import ScxctlError, UsageError
+
+
+class SchedulerChoice(enum.StrEnum):
+    pyland = "pyland"
+
+
+_POLICY_HELP = "Built-in policy (deadline, fifo) or a Python file defining a Policy subclass."
+_IDLE_HELP = "Let BPF put a waking task straight onto an idle CPU (no Python round trip)."
+_PARTIAL_HELP = "Only schedule tasks that chose SCHED_EXT (policy 7); all others stay on the fair class."
+
+
+def run(
+    scheduler: Annotated[
+        SchedulerChoice, typer.Argument(help="The scheduler to run.")
+    ] = SchedulerChoice.pyland,
+    policy: Annotated[
+        str, typer.Option("--policy", "-p", metavar="NAME|FILE.py", help=_POLICY_HELP)
+    ] = "deadline",
+    builtin_idle: Annotated[bool, typer.Option("--builtin-idle/--no-builtin-idle", help=_IDLE_HELP)] = True,
+    slice_us: Annotated[
+        int, typer.Option("--slice-us", min=1, help="User-space scheduling budget in us (vruntime scale).")
+    ] = 20_000,
+    slice_min_us: Annotated[
+        int, typer.Option("--slice-min-us", min=1, help="BPF default/refill time slice in us.")
+    ] = 1_000,
+    partial: Annotated[bool, typer.Option("--partial", help=_PARTIAL_HELP)] = False,
+    stats_interval: Annotated[
+        float,
+        typer.Option("--stats-interval", min=0.0, metavar="S",
+                     help="Seconds between summary lines (0: off)."),
+    ] = 5.0,
+    allow_stale: Annotated[
+        bool, typer.Option("--allow-stale", help="Load a BPF object whose build hash does not match bpf/.")
+    ] = False,
+    bpf_object: Annotated[
+        Path | None, typer.Option("--bpf-object", help="Load this object instead of the search order.")
+    ] = None,
+) -> None:
+    """Run pyland (scheduling decisions in Python) in the foreground; Ctrl-C or SIGTERM detaches it.
+
+    Exit status: 0 after a clean detach, 1 when the policy raised, 2 usage (bad policy file), 3 not
+    root, 4 no sched_ext, 5 another scheduler loaded, 7 BPF object missing/stale or verifier
+    rejection, 8 the kernel ejected pyland.
+    """
+    from scxctl.pyland.scheduler import RunOptions, run_pyland
+
+    if slice_min_us > slice_us:
+        raise UsageError(f"--slice-min-us ({slice_min_us}) must not exceed --slice-us ({slice_us})")
+    opts = RunOptions(policy=policy, builtin_idle=builtin_idle, slice_us=slice_us, slice_min_us=slice_min_us,
+                      partial=partial, stats_interval=stats_interval, allow_stale=allow_stale,
+                      object_path=bpf_object)
+    res = run_pyland(opts)
+    loop, bpf = res.loop_stats, res.bpf_stats
+    typer.echo(
+        f"pyland: {loop['consumed']} tasks queued to Python, {loop['written']} decisions, "
+        f"{bpf['nr_dispatched']} applied, {bpf['nr_stale']} stale, {bpf['nr_ring_full']} ring-full "
+        f"fallbacks, {bpf['nr_direct']} direct (idle CPU), {bpf['nr_kthread']} kthreads; loop CPU "
+        f"{loop['busy_cpu_ns'] / 1e6:.1f} ms, wall {loop['busy_wall_ns'] / 1e6:.1f} ms",
+        err=True,
+    )
+    if res.code != 0:
+        raise ScxctlError(res.message, res.code)
+    typer.echo(res.message, err=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)

@@ -1,0 +1,446 @@
+"""The daemon proper: config + state + supervisor + control server, start-up and shut-down.
+
+Request handling lives here: each mutating request is validated against the config (clients name
+a scheduler, a mode and for pyland a policy, never a program or its flags), persisted, then handed
+to the supervisor; the reply is the status as the kernel reports it afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import grp
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from scxctl import __version__, paths
+from scxctl.daemon import notify, protocol
+from scxctl.daemon.config import PYLAND, ConfigError, DaemonConfig, load_config
+from scxctl.daemon.exitinfo import ExitInfo
+from scxctl.daemon.modes import PYLAND_MODES, Mode, parse_mode
+from scxctl.daemon.protocol import Request
+from scxctl.daemon.server import ControlServer, Peer
+from scxctl.daemon.state import DesiredState, StateError, load_state, quarantine, save_state
+from scxctl.daemon.supervisor import ChildSpec, Phase, Supervisor
+from scxctl.errors import ExitCode, ScxctlError, UsageError
+from scxctl.log import get_logger
+from scxctl.sysfs import STATE_DISABLED, SchedExtStatus, SysRoot, sysrq_reset_sched_ext
+
+log = get_logger("scxctl.daemon")
+
+_ROOT = Peer(os.getpid(), 0, 0)  # the daemon itself, when it restores the saved state
+
+
+def pyland_argv(options: list[str]) -> tuple[str, ...]:
+    """`scxctl run pyland` with this interpreter: the daemon runs the pyland it was installed with."""
+    return (sys.executable, "-m", "scxctl", "--log-format", "json", "run", "pyland", *options)
+
+
+class Daemon:
+    def __init__(
+        self,
+        config_path: Path | None = None,
+        state_path: Path | None = None,
+        socket_path: Path | None = None,
+        sysroot: SysRoot | None = None,
+    ) -> None:
+        self.config_path = config_path or paths.config_file()
+        self.state_path = state_path or paths.state_file()
+        self.socket_path = socket_path or paths.control_socket()
+        self.sysroot = sysroot or SysRoot()
+        self.config = DaemonConfig()
+        self.config_error: str | None = None
+        self.state = DesiredState()
+        self.state_error: str | None = None
+        self.started_at = time.time()
+        self.supervisor = Supervisor(self.config.limits, self.sysroot, self._on_exit, self._on_give_up)
+        self.server = ControlServer(self.socket_path, self.handle, lambda: self.config.group)
+        self._lock: asyncio.Lock | None = None
+        self._stop: asyncio.Event | None = None
+
+    # -- start-up and shut-down -------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read config and state; anything unusable is logged and replaced by a safe default."""
+        try:
+            self.config = load_config(self.config_path)
+        except ConfigError as exc:
+            self.config_error = str(exc)
+            self.config = DaemonConfig(restore_on_boot=False)
+            log.error(
+                "config_invalid",
+                scheduler=None,
+                pid=None,
+                reason=str(exc),
+                action="using built-in defaults; nothing restored until the file is fixed",
+            )
+        try:
+            self.state = load_state(self.state_path)
+        except StateError as exc:
+            moved = quarantine(self.state_path)
+            self.state_error = str(exc)
+            self.state = DesiredState()
+            log.error(
+                "state_invalid",
+                scheduler=None,
+                pid=None,
+                reason=str(exc),
+                moved_to=str(moved) if moved else None,
+                action="starting with no scheduler enabled",
+            )
+        self.supervisor.limits = self.config.limits
+        try:
+            grp.getgrnam(self.config.group)
+        except KeyError:
+            log.warning(
+                "group_missing",
+                group=self.config.group,
+                reason="only root can change state until the group exists",
+            )
+
+    async def run(self) -> int:
+        """Serve until SIGTERM/SIGINT; then stop the child cleanly and return 0."""
+        self._lock = asyncio.Lock()
+        self._stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        self.load()
+        await self.server.start()
+        log.info(
+            "daemon_started",
+            scheduler=None,
+            pid=os.getpid(),
+            reason="start",
+            version=__version__,
+            socket=str(self.socket_path),
+            config=str(self.config_path),
+            state=str(self.state_path),
+        )
+        notify.notify(READY=1, STATUS="serving", MAINPID=os.getpid())
+        heartbeat = asyncio.create_task(self._heartbeat())
+        restore = asyncio.create_task(self._restore())
+        await self._stop.wait()
+        log.info(
+            "daemon_stopping",
+            scheduler=self.supervisor.spec.scheduler if self.supervisor.spec else None,
+            pid=os.getpid(),
+            reason="signal",
+        )
+        notify.notify(STOPPING=1, STATUS="stopping the scheduler")
+        restore.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await restore
+        await self.server.close()
+        await self.supervisor.stop("daemon_shutdown")
+        heartbeat.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await heartbeat
+        log.info("daemon_stopped", scheduler=None, pid=os.getpid(), reason="signal")
+        return 0
+
+    async def _restore(self) -> None:
+        state = self.state
+        if not state.enabled or not state.scheduler:
+            return
+        if not self.config.restore_on_boot:
+            log.info(
+                "restore_skipped",
+                scheduler=state.scheduler,
+                pid=None,
+                reason="restore_on_boot is off" if not self.config_error else "config invalid",
+            )
+            return
+        args = {"scheduler": state.scheduler, "mode": state.mode, "policy": state.policy, "force": False}
+        try:
+            await self.handle(Request("enable", args), _ROOT, persist=False)
+            log.info(
+                "restored",
+                scheduler=state.scheduler,
+                pid=self.supervisor.snapshot()["pid"],
+                reason="desired state at start-up",
+                mode=state.mode,
+            )
+        except ScxctlError as exc:
+            log.error(
+                "restore_failed", scheduler=state.scheduler, pid=None, reason=exc.message, code=exc.code.name
+            )
+
+    async def _heartbeat(self) -> None:
+        """WATCHDOG=1 from the event loop itself (a stuck loop stops pinging), plus a STATUS line."""
+        interval = notify.watchdog_interval()
+        period = min(interval / 2, 5.0) if interval else 5.0
+        last = ""
+        while True:
+            line = self.status()["summary"]
+            fields: dict[str, str | int] = {"WATCHDOG": 1} if interval else {}
+            if line != last:
+                fields["STATUS"] = line
+                last = line
+            if fields:
+                notify.notify(**fields)
+            await asyncio.sleep(period)
+
+    # -- persistence callbacks from the supervisor --------------------------------------------
+
+    def _save(self) -> None:
+        try:
+            save_state(self.state_path, self.state)
+        except OSError as exc:
+            log.error("state_write_failed", scheduler=self.state.scheduler, pid=None, reason=str(exc))
+
+    def _on_exit(self, info: ExitInfo) -> None:
+        self.state.last_exit = info.to_json()
+        self._save()
+
+    def _on_give_up(self, gave_up: dict[str, Any]) -> None:
+        self.state.gave_up = gave_up
+        self._save()
+        notify.notify(STATUS=f"gave up: {gave_up['reason']}")
+
+    # -- requests -------------------------------------------------------------------------------
+
+    async def handle(self, req: Request, peer: Peer, persist: bool = True) -> Any:
+        if req.op == "ping":
+            return {"pong": True, "version": __version__, "protocol": protocol.VERSION, "pid": os.getpid()}
+        if req.op == "status":
+            return self.status()
+        if req.op == "list":
+            return self.listing()
+        assert self._lock is not None
+        async with self._lock:
+            if req.op == "disable":
+                return await self._disable(peer)
+            return await self._enable(req, peer, persist)
+
+    def _arg(self, req: Request, key: str, kind: type) -> Any:
+        value = req.args.get(key)
+        if value is not None and (
+            not isinstance(value, kind) or isinstance(value, bool) is not (kind is bool)
+        ):
+            raise UsageError(f"{key}: expected {kind.__name__}")
+        return value
+
+    def _spec(self, scheduler: str, mode: Mode, policy: str | None, peer: Peer) -> ChildSpec:
+        if scheduler == PYLAND:
+            if policy is not None and policy not in self.config.pyland_policies:
+                if not (peer.uid == 0 and os.path.isabs(policy)):
+                    raise UsageError(
+                        f"policy {policy!r} is not allowed (allowed: {', '.join(self.config.pyland_policies)}"
+                        "; root may also give an absolute policy file path)"
+                    )
+                if not os.path.isfile(policy):
+                    raise UsageError(f"policy file {policy} does not exist")
+            argv = pyland_argv(PYLAND_MODES[mode].argv(policy))
+            return ChildSpec(
+                PYLAND, argv, self.config.pyland_ops, mode.value, policy or PYLAND_MODES[mode].policy
+            )
+        ext = self.config.schedulers.get(scheduler)
+        if ext is None:
+            raise UsageError(
+                f"unknown scheduler {scheduler!r} (configured: {', '.join(self.config.scheduler_names())})",
+                hint=f"external schedulers must be allow-listed in {self.config_path}",
+            )
+        if policy is not None:
+            raise UsageError("--policy applies to pyland only")
+        return ChildSpec(scheduler, tuple(ext.argv(mode)), ext.ops, mode.value, None, ext.stop_signal)
+
+    async def _enable(self, req: Request, peer: Peer, persist: bool) -> dict[str, Any]:
+        current = self.state if self.state.enabled else None
+        scheduler = self._arg(req, "scheduler", str)
+        mode_name = self._arg(req, "mode", str)
+        policy = self._arg(req, "policy", str)
+        force = bool(self._arg(req, "force", bool))
+        if req.op == "switch":
+            if current is None:
+                raise UsageError("nothing is enabled to switch from", hint="use `scxctl enable`")
+            if scheduler is None and mode_name is None and policy is None:
+                raise UsageError("switch needs a scheduler or --mode")
+            if scheduler is None:
+                scheduler = current.scheduler
+                policy = policy if policy is not None else current.policy
+            mode_name = mode_name or (current.mode if scheduler == current.scheduler else None)
+        scheduler = scheduler or self.config.default_scheduler
+        try:
+            mode = parse_mode(mode_name) if mode_name else self.config.default_mode
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if scheduler != PYLAND:
+            policy = None if req.op == "switch" and req.args.get("policy") is None else policy
+        spec = self._spec(scheduler, mode, policy, peer)
+        kernel = self.supervisor.kernel()
+        if not kernel.available:
+            raise ScxctlError(
+                "this kernel cannot run sched_ext schedulers (no /sys/kernel/sched_ext)",
+                ExitCode.UNSUPPORTED,
+                hint="boot a kernel with CONFIG_SCHED_CLASS_EXT=y",
+            )
+        if self._foreign(kernel):
+            if not force:
+                raise ScxctlError(
+                    f"another sched_ext scheduler is loaded ({kernel.ops or kernel.state}), "
+                    "not started by scxctl",
+                    ExitCode.BUSY,
+                    hint="--force unloads it (SysRq-S)",
+                )
+            await self._evict(kernel, peer)
+        if persist:
+            self.state = DesiredState(True, scheduler, mode.value, policy, time.time(), peer.uid)
+            self._save()
+        log.info(
+            "enable_requested",
+            scheduler=scheduler,
+            pid=None,
+            reason=req.op,
+            mode=mode.value,
+            policy=policy,
+            uid=peer.uid,
+            force=force,
+        )
+        await self.supervisor.start(spec)
+        wait = self.config.limits.verify_timeout_s + self.config.limits.stop_timeout_s + 5
+        try:
+            outcome = await self.supervisor.first_outcome(wait)
+        except TimeoutError:
+            outcome = None
+        if outcome is not None:
+            raise ScxctlError(
+                f"{scheduler} failed to start: {outcome.kind}: {outcome.reason}",
+                hint="the daemon retries with backoff; `scxctl logs` shows why; `scxctl disable` stops it",
+            )
+        return self.status()
+
+    def _foreign(self, kernel: SchedExtStatus) -> bool:
+        """Does the kernel run a scheduler that is not our live child?"""
+        loaded = bool(kernel.ops) or (kernel.state not in (None, STATE_DISABLED))
+        return loaded and not self.supervisor.owns(kernel)
+
+    async def _evict(self, kernel: SchedExtStatus, peer: Peer) -> None:
+        log.warning(
+            "foreign_scheduler_evicted", scheduler=kernel.ops, pid=None, reason="--force", uid=peer.uid
+        )
+        try:
+            sysrq_reset_sched_ext(self.sysroot)
+        except OSError as exc:
+            raise ScxctlError(
+                f"cannot unload the other scheduler: {exc.strerror or exc}", ExitCode.BUSY
+            ) from None
+        deadline = time.monotonic() + 5.0
+        while self._foreign(self.supervisor.kernel()):
+            if time.monotonic() > deadline:
+                raise ScxctlError("the other scheduler is still loaded 5 s after SysRq-S", ExitCode.BUSY)
+            await asyncio.sleep(0.05)
+
+    async def _disable(self, peer: Peer) -> dict[str, Any]:
+        log.info(
+            "disable_requested",
+            scheduler=self.state.scheduler,
+            pid=self.supervisor.snapshot()["pid"],
+            reason="disable",
+            uid=peer.uid,
+        )
+        self.state = DesiredState(
+            False, None, None, None, time.time(), peer.uid, last_exit=self.state.last_exit
+        )
+        self._save()
+        await self.supervisor.stop("disabled")
+        return self.status()
+
+    # -- views ----------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        kernel = self.supervisor.kernel()
+        sup = self.supervisor.snapshot()
+        ours = self.supervisor.owns(kernel)
+        loaded = kernel.enabled or bool(kernel.ops)
+        owner = "scxctl" if ours else ("other" if loaded else None)
+        return {
+            "summary": self._summary(kernel, sup, owner),
+            "kernel": {
+                "sched_ext": kernel.available,
+                "state": kernel.state,
+                "ops": kernel.ops,
+                "owner": owner,
+            },
+            "desired": {
+                "enabled": self.state.enabled,
+                "scheduler": self.state.scheduler,
+                "mode": self.state.mode,
+                "policy": self.state.policy,
+                "updated_at": self.state.updated_at or None,
+                "updated_by_uid": self.state.updated_by_uid,
+            },
+            "supervisor": sup,
+            "daemon": {
+                "pid": os.getpid(),
+                "version": __version__,
+                "uptime_s": round(time.time() - self.started_at, 1),
+                "config_file": str(self.config_path),
+                "config_error": self.config_error,
+                "state_error": self.state_error,
+                "group": self.config.group,
+            },
+        }
+
+    def _summary(self, kernel: SchedExtStatus, sup: dict[str, Any], owner: str | None) -> str:
+        if not kernel.available:
+            return "sched_ext is not available in this kernel"
+        if owner == "scxctl":
+            return (
+                f"{sup['scheduler']} ({sup['mode']}) running, pid {sup['pid']}, "
+                f"restarts {sup['restart_count']}"
+            )
+        if owner == "other":
+            return f"another scheduler ({kernel.ops or kernel.state}) is loaded, not managed by scxctl"
+        phase = sup["phase"]
+        if phase == Phase.FAILED.value and sup["gave_up"]:
+            return f"{sup['scheduler']} gave up ({sup['gave_up']['reason']}); default scheduler active"
+        if phase == Phase.BACKOFF.value:
+            last = sup["last_exit"] or {}
+            return (
+                f"{sup['scheduler']} not running, restart in {sup['next_restart_in_s']}s after "
+                f"{last.get('kind')}: {last.get('reason')}"
+            )
+        if phase == Phase.STARTING.value:
+            return f"{sup['scheduler']} starting"
+        return "default scheduler (no sched_ext scheduler loaded)"
+
+    def listing(self) -> dict[str, Any]:
+        return listing(self.config)
+
+
+def listing(config: DaemonConfig) -> dict[str, Any]:
+    """Schedulers and modes as configured (also used by the CLI when no daemon answers)."""
+    schedulers = [
+        {
+            "name": PYLAND,
+            "kind": "pyland",
+            "ops": config.pyland_ops,
+            "available": True,
+            "policies": list(config.pyland_policies),
+        }
+    ]
+    for name, ext in sorted(config.schedulers.items()):
+        schedulers.append(
+            {
+                "name": name,
+                "kind": "external",
+                "ops": ext.ops,
+                "command": list(ext.command),
+                "available": os.access(ext.command[0], os.X_OK),
+                "modes": {m: list(a) for m, a in ext.modes.items()},
+            }
+        )
+    modes = [
+        {"name": m.value, "pyland_options": PYLAND_MODES[m].argv(), "why": PYLAND_MODES[m].why} for m in Mode
+    ]
+    return {
+        "default_scheduler": config.default_scheduler,
+        "default_mode": config.default_mode.value,
+        "schedulers": schedulers,
+        "modes": modes,
+    }

@@ -1,0 +1,167 @@
+"""The "deadline" policy (default): vruntime + deadline with burst tracking and a wake-up boost.
+
+Derived from scx_rustland's policy, adapted to deciding one task at a time (the BPF core orders
+the DSQ by our deadline, so no task pool is kept in Python):
+
+- vruntime: each run segment (stop_ts - start_ts, counted once, capped at the budget) is charged
+  scaled by 100/weight. The vruntime travels in the record round trip (Decision.vtime comes back
+  as Task.vtime), so the policy keeps no per-task dict for it.
+- global vruntime: the most advanced vtime seen on an incoming task (rustland's "min_vruntime").
+  It only moves forward.
+- sleeper credit cap: a new or long-sleeping task is placed at most one budget (slice_ns, 20 ms)
+  behind the global vruntime, so sleeping never buys more than one budget of priority.
+- burst tracking: deadline = vtime + min(burst, cap) * 100/weight, where burst is the larger of
+  the CPU time since the task last slept and the average of its completed bursts (CPU time between
+  two sleeps). Short-burst (interactive) tasks get earlier deadlines than CPU hogs.
+- wake-up boost: a task that woke up and whose bursts average at most one BPF slice gets
+  preempt=True, so it does not wait for a running hog's slice to end (schtest adaptive_priority).
+
+Burst history needs per-task state that the record does not carry; it lives in a fixed table
+indexed by pid (BURST_SLOTS entries, an entry is taken over by another pid on a collision), so
+memory stays bounded whatever the number of tasks.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from scxctl.pyland.policy import (
+    NICE0_WEIGHT,
+    PYLAND_CPU_ANY,
+    SCX_ENQ_WAKEUP,
+    Decision,
+    Policy,
+    PolicyOptions,
+    Task,
+)
+
+BURST_SLOTS = 8192  # power of two: the table index is pid & _SLOT_MASK
+_SLOT_MASK = BURST_SLOTS - 1
+BURST_CAP_BUDGETS = 5  # the deadline penalty grows up to 5 budgets (100 ms by default)
+
+
+class _Burst:
+    """Burst history of the task that last used this table entry."""
+
+    __slots__ = ("avg", "last_stop", "pid", "run")
+
+    def __init__(self) -> None:
+        self.pid = -1  # no task: pids are >= 0
+        self.last_stop = 0  # stop_ts of the run segment already charged
+        self.run = 0  # CPU time since the last wake-up, from the charged segments
+        self.avg = -1  # moving average of completed bursts (ns, halved each time); -1: unknown
+
+
+class DeadlinePolicy(Policy):
+    """vruntime + deadline, burst tracking, weight, sleeper credit cap, wake-up boost."""
+
+    __slots__ = (
+        "_boost_ns",
+        "_budget",
+        "_burst_cap",
+        "_bursts",
+        "_max_slice",
+        "_min_slice",
+        "_vnow",
+        "nr_boosted",
+        "nr_clamped",
+        "nr_slot_takeovers",
+    )
+
+    name: ClassVar[str] = "deadline"
+
+    def __init__(self, options: PolicyOptions) -> None:
+        super().__init__(options)
+        self._budget = options.slice_ns
+        self._min_slice = options.min_slice_ns
+        self._max_slice = options.slice_ns
+        self._burst_cap = BURST_CAP_BUDGETS * options.slice_ns
+        self._boost_ns = options.min_slice_ns  # bursts that fit in one BPF slice are "short"
+        self._bursts = [_Burst() for _ in range(BURST_SLOTS)]
+        self._vnow = 0
+        self.nr_boosted = 0
+        self.nr_clamped = 0
+        self.nr_slot_takeovers = 0
+
+    def decide(self, task: Task, decision: Decision) -> None:
+        pid = task.pid
+        w = task.weight
+        if w <= 0:
+            w = NICE0_WEIGHT
+        budget = self._budget
+
+        # The run segment that ended at stop_ts, counted once even when the task is enqueued
+        # again without having run (dequeue/re-enqueue), and capped so that one bogus timestamp
+        # cannot throw the global vruntime far ahead.
+        b = self._bursts[pid & _SLOT_MASK]
+        if b.pid != pid:
+            b.pid = pid
+            b.last_stop = 0
+            b.run = 0
+            b.avg = -1
+            self.nr_slot_takeovers += 1
+        stop = task.stop_ts
+        seg = stop - task.start_ts
+        if stop == b.last_stop or seg < 0:
+            seg = 0
+        elif seg > budget:
+            seg = budget
+        b.last_stop = stop
+
+        # Burst tracking: a wake-up closes the burst (CPU time between two sleeps).
+        if task.flags & SCX_ENQ_WAKEUP:
+            burst = b.run + seg
+            b.run = 0
+            avg = b.avg
+            if burst:  # a task never seen running has no burst to learn from
+                avg = b.avg = burst if avg < 0 else (avg + burst) >> 1
+            preempt = avg <= self._boost_ns  # also True for a task with no history yet
+            if preempt:
+                self.nr_boosted += 1
+        else:
+            b.run += seg
+            avg = b.avg
+            preempt = False
+
+        # vruntime with the sleeper credit cap.
+        v = task.vtime
+        g = self._vnow
+        if v > g:
+            self._vnow = v
+        elif v < g - budget:
+            v = g - budget
+            self.nr_clamped += 1
+        if seg:
+            v += seg if w == NICE0_WEIGHT else seg * NICE0_WEIGHT // w
+
+        # Deadline: the vruntime plus the expected burst, weighted.
+        r = task.exec_runtime
+        if avg > r:
+            r = avg
+        if r > self._burst_cap:
+            r = self._burst_cap
+        if w != NICE0_WEIGHT:
+            r = r * NICE0_WEIGHT // w
+
+        # Slice: the BPF slice scaled by weight, within [BPF slice, budget].
+        s = self._min_slice
+        if w > NICE0_WEIGHT:
+            s = s * w // NICE0_WEIGHT
+            if s > self._max_slice:
+                s = self._max_slice
+
+        decision.pid = pid
+        decision.cpu = task.cpu if task.nr_cpus_allowed == 1 else PYLAND_CPU_ANY
+        decision.preempt = preempt
+        decision.slice_ns = s
+        decision.deadline = v + r
+        decision.vtime = v
+        decision.enq_cnt = task.enq_cnt
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "vtime_now": self._vnow,
+            "boosted": self.nr_boosted,
+            "clamped": self.nr_clamped,
+            "burst_slot_takeovers": self.nr_slot_takeovers,
+        }

@@ -1,0 +1,59 @@
+"""The binary layouts shared with the BPF core (bpf/pyland.h), as Python struct formats.
+
+Native byte order with standard sizes and no implicit padding ("="): every field of these C structs
+is naturally aligned already, so the formats equal the C layout byte for byte.
+tests/test_pyland_records.py checks each size and offset against the BTF of the built object.
+"""
+
+from __future__ import annotations
+
+import struct
+
+OPS_NAME = "pyland"
+CPU_ANY = -1
+DECISION_PREEMPT = 1
+COMM_LEN = 16
+REASON_LEN = 128
+MSG_LEN = 1024
+
+# struct pyland_task: pid, cpu, nr_cpus_allowed, flags, start_ts, stop_ts, exec_runtime, weight,
+# vtime, enq_cnt, comm[16]
+TASK = struct.Struct("=iiIIQQQQQQ16s")
+# struct pyland_decision: pid, cpu, flags, slice_ns, deadline, vtime, enq_cnt
+DECISION = struct.Struct("=iiQQQQQ")
+# struct pyland_config (.rodata): slice_ns, usersched_tgid, builtin_idle, timer_ns
+CONFIG = struct.Struct("=QIIQ")
+
+# struct pyland_shared (.bss): u64 counters in this order, then struct pyland_exit_info
+SHARED_COUNTERS = (
+    # written by BPF
+    "nr_queued",
+    "nr_dispatched",
+    "nr_stale",
+    "nr_missing",
+    "nr_bounced",
+    "nr_ring_full",
+    "nr_kthread",
+    "nr_direct",
+    "nr_preempt_kicks",
+    "nr_drain_busy",
+    "nr_usersched_runs",
+    "nr_timer_kicks",
+    "nr_tick_yields",
+    "nr_enabled",
+    "usersched_last_run_at",
+    # written by user space
+    "nr_consumed",
+    "nr_scheduled",
+    "nr_written",
+)
+COUNTER_INDEX = {name: i for i, name in enumerate(SHARED_COUNTERS)}
+NR_CONSUMED = COUNTER_INDEX["nr_consumed"]
+NR_SCHEDULED = COUNTER_INDEX["nr_scheduled"]
+NR_WRITTEN = COUNTER_INDEX["nr_written"]
+EXIT_OFFSET = 8 * len(SHARED_COUNTERS)
+# struct pyland_exit_info: kind, exit_code, reason[128], msg[1024]
+EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")
+SHARED_SIZE = EXIT_OFFSET + EXIT_INFO.size
+
+assert TASK.size == 80 and DECISION.size == 48 and CONFIG.size == 24 and SHARED_SIZE == 1312

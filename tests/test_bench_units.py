@@ -1,0 +1,266 @@
+"""Unit tests of scxctl bench's pieces: convergence, quantiles, topology, scheduler specs, futexes."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from scxctl.bench import converge as cv
+from scxctl.bench.futex import RESERVOIR, Arena
+from scxctl.bench.runner import TESTS, BenchOptions, _status, exit_code, validate
+from scxctl.bench.scheduler import check_can_start, ops_matches, parse_scheduler
+from scxctl.bench.stats import TDigest, histogram, summarize
+from scxctl.bench.topology import check_cpu, load_topology, parse_cpu_list, process_cpu_time_s
+from scxctl.errors import ExitCode, ScxctlError, UsageError
+from scxctl.sysfs import SysRoot
+
+# --- convergence -----------------------------------------------------------------------------------
+
+
+def test_next_iters_scales_up_clamps_and_doubles() -> None:
+    assert cv.next_iters(1, 0.01, 5.0, 10.0) == 100  # ceil(1 * 5 / 0.01) = 500, clamped to x100
+    assert cv.next_iters(100, 2.0, 5.0, 10.0) == 250  # ceil(100 * 5 / 2)
+    assert cv.next_iters(10, 4.99, 5.0, 10.0) == 11  # at least +1
+    assert cv.next_iters(7, 0.0, 5.0, 10.0) == 700
+    assert cv.next_iters(50, 5.0, 5.0, 10.0) == 100  # counted, not over max: double
+    assert cv.next_iters(100, 10.0, 5.0, 10.0) == 200  # exactly max is not "exceeds"
+    assert cv.next_iters(100, 10.01, 5.0, 10.0) is None
+
+
+def test_converge_reports_every_measurement_and_the_real_final_metric() -> None:
+    """A fake clock where each iteration takes 10 ms; the metric is a function of iters."""
+    now = [0.0]
+
+    def clock() -> float:
+        return now[0]
+
+    def measure(iters: int) -> tuple[float | None, dict[str, object]]:
+        now[0] += iters * 0.01
+        return 1.0 / iters, {"seen": iters}
+
+    out: list[cv.Measurement] = []
+    starts: list[tuple[int, int]] = []
+    final = cv.converge(measure, 0.5, 1.0, out, on_start=lambda i, n: starts.append((i, n)), clock=clock)
+    assert [m.iters for m in out] == [1, 50, 100, 200]
+    assert [m.counted for m in out] == [False, True, True, True]
+    assert out[-1].elapsed_s > 1.0 and all(m.elapsed_s <= 1.0 for m in out[:-1])
+    assert final is out[-1] and final.metric == pytest.approx(1 / 200)  # not schtest's 0.0
+    assert cv.final(out) is out[-1]
+    assert starts == [(0, 1), (1, 50), (2, 100), (3, 200)]
+    assert out[1].to_json()["seen"] == 50
+
+
+def test_final_is_none_without_counted_measurements() -> None:
+    assert cv.final([cv.Measurement(1, 0.1, False, 0.5)]) is None
+
+
+# --- quantiles -------------------------------------------------------------------------------------
+
+
+def test_tdigest_small_sets_follow_the_rust_crate() -> None:
+    # rank = 0.4 falls in the first centroid; its estimate is clamped to the minimum
+    assert TDigest([4.0, 1.0, 3.0, 2.0]).quantile(0.1) == 1.0
+    # 8 values: rank 0.8 -> 1 + (0.8 - 0.5) * (2 - 1)
+    assert TDigest([float(v) for v in range(1, 9)]).quantile(0.1) == pytest.approx(1.3)
+    assert TDigest([7.0]).quantile(0.9) == 7.0
+    assert TDigest([]).quantile(0.5) is None
+    assert TDigest([1.0, 2.0]).quantile(1.0) == 2.0
+
+
+def test_tdigest_large_sets_are_close_to_exact() -> None:
+    rng = random.Random(1)
+    values = [rng.expovariate(1 / 1000) for _ in range(1024)]
+    d = TDigest(values)
+    exact = sorted(values)
+    for q in (0.5, 0.9, 0.99):
+        assert d.quantile(q) == pytest.approx(exact[int(q * len(exact))], rel=0.05)
+    assert len(d.centroids) <= 100
+
+
+def test_summary_and_histogram() -> None:
+    s = summarize([1500, 3000, 3100, 900_000], seen=7)
+    assert (s.count, s.retained, s.min_ns, s.max_ns) == (7, 4, 1500, 900_000)
+    assert s.p50_ns is not None and 1500 <= s.p50_ns <= 900_000
+    assert sum(s.histogram) == 4
+    h = histogram([10, 1999, 2000, 5_000_000_000])
+    assert h[0] == 2 and h[1] == 1 and h[-1] == 1
+
+
+# --- futex semaphores --------------------------------------------------------------------------------
+
+
+def test_semaphore_counts_posts_and_samples_only_real_sleeps() -> None:
+    arena = Arena()
+    sem = arena.semaphore()
+    sem.post()
+    sem.post()
+    assert sem.wait() and sem.wait()  # posts were there: no sleep, no sample
+    assert sem.collect() == ([], 0)
+    assert sem.wait(timeout_s=0.01) is False
+
+
+def test_semaphore_wakes_across_processes_and_records_latency() -> None:
+    arena = Arena()
+    sem, ack = arena.semaphore(), arena.semaphore()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for _ in range(5):
+                sem.wait()
+                ack.post()
+        finally:
+            os._exit(0)
+    for _ in range(5):
+        import time
+
+        time.sleep(0.01)  # let the child sleep in FUTEX_WAIT first
+        sem.post()
+        assert ack.wait(sample=False, timeout_s=5)
+    os.waitpid(pid, 0)
+    kept, seen = sem.collect()
+    assert 1 <= seen <= 5 and len(kept) == seen
+    assert all(0 < v < 1_000_000_000 for v in kept)
+
+
+def test_reservoir_keeps_at_most_1024() -> None:
+    sem = Arena().semaphore()
+    for i in range(3000):
+        sem._record(i + 1)
+    kept, seen = sem.collect()
+    assert seen == 3000 and len(kept) == RESERVOIR
+    assert len(set(kept)) == RESERVOIR and max(kept) > RESERVOIR  # later samples replaced early ones
+
+
+# --- topology and /proc ------------------------------------------------------------------------------
+
+
+def _cpu_tree(root: Path, online: str, present: str, cores: dict[int, tuple[int, int]]) -> SysRoot:
+    base = root / "sys/devices/system/cpu"
+    base.mkdir(parents=True)
+    (base / "online").write_text(online + "\n")
+    (base / "present").write_text(present + "\n")
+    for cpu, (pkg, core) in cores.items():
+        t = base / f"cpu{cpu}/topology"
+        t.mkdir(parents=True)
+        (t / "physical_package_id").write_text(f"{pkg}\n")
+        (t / "core_id").write_text(f"{core}\n")
+    return SysRoot(root)
+
+
+def test_parse_cpu_list() -> None:
+    assert parse_cpu_list("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+    assert parse_cpu_list("5") == [5]
+
+
+def test_first_hyperthread_of_first_core(tmp_path: Path) -> None:
+    # cpu0/cpu2 are the hyperthreads of core 1, cpu1/cpu3 those of core 0 (package 0)
+    sr = _cpu_tree(tmp_path, "0-3", "0-3", {0: (0, 1), 1: (0, 0), 2: (0, 1), 3: (0, 0)})
+    topo = load_topology(sr)
+    assert topo.cores == [[1, 3], [0, 2]]
+    assert topo.first_hyperthread == 1
+
+
+def test_check_cpu_rejects_missing_and_offline(tmp_path: Path) -> None:
+    sr = _cpu_tree(tmp_path, "0", "0-1", {0: (0, 0)})
+    topo = load_topology(sr)
+    with pytest.raises(UsageError, match="does not exist"):
+        check_cpu(topo, 7)
+    with pytest.raises(UsageError, match="offline"):
+        check_cpu(topo, 1)
+
+
+def test_process_cpu_time_sums_threads_and_survives_odd_comm(tmp_path: Path) -> None:
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid, (ut, st) in {"10": (30, 20), "11": (5, 5)}.items():
+        d = tmp_path / "proc/10/task" / tid
+        d.mkdir(parents=True)
+        rest = " ".join(["S"] + ["0"] * 10 + [str(ut), str(st)] + ["0"] * 30)
+        (d / "stat").write_text(f"{tid} (we ir) d) {rest}\n")
+    assert process_cpu_time_s(10, SysRoot(tmp_path)) == pytest.approx(60 / tick)
+
+
+# --- schedulers ----------------------------------------------------------------------------------------
+
+
+def test_parse_scheduler_forms(tmp_path: Path) -> None:
+    assert parse_scheduler("default").kind == "default"
+    p = parse_scheduler("pyland:fifo", partial=True)
+    assert (p.kind, p.policy, p.expected_ops, p.label) == ("pyland", "fifo", "pyland", "pyland:fifo")
+    assert p.command[-5:] == ("run", "pyland", "--policy", "fifo", "--partial")
+    binary = tmp_path / "scx_simple"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    e = parse_scheduler(str(binary), ["-v"])
+    assert (e.kind, e.expected_ops, e.command) == ("external", "simple", (str(binary), "-v"))
+    assert parse_scheduler(str(binary), ops_name="other").expected_ops == "other"
+    with pytest.raises(UsageError, match="unknown scheduler"):
+        parse_scheduler("cfs")
+    with pytest.raises(UsageError, match="does not exist"):
+        parse_scheduler(str(tmp_path / "scx_missing"))
+    with pytest.raises(UsageError):
+        parse_scheduler("default", partial=True)
+
+
+def test_ops_matches() -> None:
+    assert ops_matches("pyland", "pyland")
+    assert ops_matches("rustland_1.0.4_g1_x86_64", "rustland")
+    assert not ops_matches("pylandx", "pyland")
+    assert not ops_matches(None, "pyland")
+
+
+def _sched_ext_tree(root: Path, state: str = "disabled", ops: str | None = None, caps: str = "") -> SysRoot:
+    d = root / "sys/kernel/sched_ext"
+    d.mkdir(parents=True)
+    for name, value in {"state": state, "switch_all": "0", "nr_rejected": "0", "enable_seq": "3"}.items():
+        (d / name).write_text(value + "\n")
+    if ops:
+        (d / "root").mkdir()
+        (d / "root/ops").write_text(ops + "\n")
+    (root / "proc/self").mkdir(parents=True)
+    (root / "proc/self/status").write_text(
+        f"CapInh:\t0\nCapPrm:\t{caps or '1ffffffffff'}\nCapEff:\t{caps or '1ffffffffff'}\n"
+        "CapBnd:\t1ffffffffff\nCapAmb:\t0\n"
+    )
+    return SysRoot(root)
+
+
+def test_check_can_start(tmp_path: Path) -> None:
+    check_can_start(_sched_ext_tree(tmp_path / "ok"))
+    with pytest.raises(ScxctlError) as busy:
+        check_can_start(_sched_ext_tree(tmp_path / "busy", "enabled", "rustland"))
+    assert busy.value.code == ExitCode.BUSY and "rustland" in busy.value.message
+    with pytest.raises(ScxctlError) as perm:
+        check_can_start(_sched_ext_tree(tmp_path / "perm", caps="0"))
+    assert perm.value.code == ExitCode.PERMISSION
+    (tmp_path / "none").mkdir()
+    with pytest.raises(ScxctlError) as unsup:
+        check_can_start(SysRoot(tmp_path / "none"))
+    assert unsup.value.code == ExitCode.UNSUPPORTED
+
+
+def test_validate_rejects_bad_times_before_anything_runs() -> None:
+    default = [parse_scheduler("default")]
+    with pytest.raises(UsageError, match="greater than"):
+        validate(BenchOptions(tests=["fairness"], schedulers=default, min_time=5, max_time=1))
+    with pytest.raises(UsageError, match="positive"):
+        validate(BenchOptions(tests=["fairness"], schedulers=default, min_time=0, max_time=1))
+
+
+def test_status_and_exit_code() -> None:
+    info = TESTS["adaptive-priority"]
+    assert _status(info, cv.Measurement(1, 6, True, 0.2, {"unreliable": False})) == ("pass", True, False)
+    assert _status(info, cv.Measurement(1, 6, True, 0.7, {"unreliable": False})) == ("fail", False, False)
+    assert _status(info, cv.Measurement(1, 6, True, 0.2, {"unreliable": True})) == ("unreliable", True, True)
+    assert _status(info, None) == ("unreliable", None, True)
+    fair = TESTS["fairness"]
+    assert _status(fair, cv.Measurement(1, 6, True, 0.6))[0] == "pass"
+
+    def report(*statuses: str, valid: bool = True) -> dict[str, object]:
+        return {"runs": [{"valid": valid, "tests": [{"status": s} for s in statuses]}]}
+
+    assert exit_code(report("pass", "pass")) == ExitCode.OK
+    assert exit_code(report("pass", "unreliable")) == ExitCode.FAILURE
+    assert exit_code(report("pass", valid=False)) == ExitCode.EJECTED

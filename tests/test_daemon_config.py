@@ -1,0 +1,98 @@
+"""Config validation and the mode -> pyland option mapping (checked against the real `scxctl run`)."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from scxctl.cli import app
+from scxctl.daemon.config import ConfigError, DaemonConfig, load_config
+from scxctl.daemon.modes import PYLAND_MODES, Mode, parse_mode
+
+GOOD = """
+default_scheduler = "scx_bpfland"
+default_mode = "gaming"
+restore_on_boot = false
+group = "wheel"
+[supervisor]
+max_failures = 3
+backoff_max_s = 10
+[pyland]
+policies = ["deadline"]
+[schedulers.scx_bpfland]
+command = ["/usr/bin/scx_bpfland"]
+ops = "bpfland"
+stop_signal = "SIGINT"
+[schedulers.scx_bpfland.modes]
+auto = []
+gaming = ["-m", "performance"]
+"""
+
+
+def test_good_config(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(GOOD)
+    cfg = load_config(path)
+    assert (cfg.default_scheduler, cfg.default_mode, cfg.restore_on_boot, cfg.group) == (
+        "scx_bpfland", Mode.gaming, False, "wheel")
+    assert cfg.limits.max_failures == 3 and cfg.limits.backoff_max_s == 10 and cfg.limits.stop_timeout_s == 5
+    ext = cfg.schedulers["scx_bpfland"]
+    assert ext.argv(Mode.gaming) == ["/usr/bin/scx_bpfland", "-m", "performance"]
+    assert ext.argv(Mode.server) == ["/usr/bin/scx_bpfland"]  # falls back to auto's arguments
+    assert ext.stop_signal == signal.SIGINT and ext.ops == "bpfland"
+    assert cfg.scheduler_names() == ["pyland", "scx_bpfland"]
+
+
+def test_missing_file_gives_defaults(tmp_path: Path) -> None:
+    assert load_config(tmp_path / "absent.toml") == DaemonConfig()
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("x = 1", "unknown key(s) x"),
+    ("[supervisor]\nmax_failures = 0", "must be > 0"),
+    ("[supervisor]\nmax_failures = true", "got a boolean"),
+    ("default_mode = 'turbo'", "'turbo' is not one of auto"),
+    ("default_scheduler = 'scx_nope'", "neither pyland nor in [schedulers]"),
+    ("[schedulers.scx_a]\ncommand = 'scx_a'", "must be an absolute path"),
+    ("[schedulers.scx_a]\nops = 'a'", "`command` is required"),
+    ("[schedulers.scx_a]\ncommand = '/bin/a'\nstop_signal = 'SIGFOO'", "expected a signal name"),
+    ("[schedulers.scx_a]\ncommand = '/bin/a'\n[schedulers.scx_a.modes]\nturbo = []", "unknown key(s) turbo"),
+    ("[schedulers.pyland]\ncommand = '/bin/a'", "invalid scheduler name"),
+    ("not toml at all [", "not valid TOML"),
+])
+def test_bad_configs_are_rejected_with_a_clear_message(tmp_path: Path, text: str, needle: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    assert needle in str(exc.value) and str(path) in str(exc.value)
+
+
+def test_parse_mode() -> None:
+    assert parse_mode("lowlatency") is Mode.lowlatency
+    with pytest.raises(ValueError, match="modes: auto, gaming, powersave, lowlatency, server"):
+        parse_mode("turbo")
+
+
+@pytest.mark.parametrize("mode", list(Mode))
+def test_every_mode_is_accepted_by_scxctl_run(mode: Mode, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The options a mode produces must parse with the real `scxctl run pyland` command."""
+    import scxctl.pyland.scheduler as sched
+
+    seen: dict[str, Any] = {}
+
+    def fake_run(opts: Any) -> Any:
+        seen["opts"] = opts
+        raise SystemExit(0)
+
+    monkeypatch.setattr(sched, "run_pyland", fake_run)
+    result = CliRunner().invoke(app, ["run", "pyland", *PYLAND_MODES[mode].argv()])
+    assert "opts" in seen, result.output
+    opts, want = seen["opts"], PYLAND_MODES[mode]
+    assert opts.policy == want.policy and opts.builtin_idle == want.builtin_idle
+    if want.slice_us is not None:
+        assert opts.slice_us == want.slice_us and opts.slice_min_us == want.slice_min_us

@@ -1,0 +1,51 @@
+"""scxctl.fsutil: atomic writes leave either the old or the new content, and no temp files."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from scxctl import fsutil
+
+
+def test_creates_parents_and_writes(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b" / "state.json"
+    fsutil.atomic_write_text(target, '{"x": 1}\n')
+    assert target.read_text() == '{"x": 1}\n'
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
+def test_replaces_and_sets_mode(tmp_path: Path) -> None:
+    target = tmp_path / "f"
+    target.write_text("old")
+    inode = target.stat().st_ino
+    fsutil.atomic_write_bytes(target, b"new", mode=0o600)
+    assert target.read_bytes() == b"new"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert target.stat().st_ino != inode  # a new file was renamed over the old one
+    assert os.listdir(tmp_path) == ["f"]
+
+
+def test_failure_keeps_old_content_and_removes_the_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "f"
+    target.write_text("old")
+
+    def broken_replace(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fsutil.os, "replace", broken_replace)
+    with pytest.raises(OSError, match="No space left"):
+        fsutil.atomic_write_text(target, "new")
+    assert target.read_text() == "old"
+    assert os.listdir(tmp_path) == ["f"]
+
+
+def test_unicode_text_is_utf8(tmp_path: Path) -> None:
+    target = tmp_path / "t"
+    fsutil.atomic_write_text(target, "décision → CPU")
+    assert target.read_bytes() == "décision → CPU".encode()

@@ -1,0 +1,230 @@
+"""The built-in "deadline" policy: ordering, weight, sleeper credit cap, vtime bounds, pinning."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from scxctl.pyland.policies.deadline import BURST_CAP_BUDGETS, BURST_SLOTS, DeadlinePolicy
+from scxctl.pyland.policies.emulate import EmulatedTask, enqueue
+from scxctl.pyland.policies.loader import check_decision
+from scxctl.pyland.policy import (
+    NSEC_PER_MSEC,
+    NSEC_PER_USEC,
+    PYLAND_CPU_ANY,
+    SCX_ENQ_WAKEUP,
+    Decision,
+    PolicyOptions,
+    Task,
+)
+
+MS = NSEC_PER_MSEC
+US = NSEC_PER_USEC
+OPTS = PolicyOptions(nr_cpus=4)
+
+
+def run_hog(policy: DeadlinePolicy, hog: EmulatedTask, start: int, ms: int) -> tuple[int, Decision]:
+    """`ms` back-to-back 1 ms slices of a CPU hog (preempted, never sleeping)."""
+    d = Decision()
+    now = start
+    for _ in range(ms):
+        hog.ran(now, now + MS)
+        now += MS
+        d = enqueue(policy, hog, wakeup=False)
+    return now, d
+
+
+def run_waker(policy: DeadlinePolicy, waker: EmulatedTask, start: int, cycles: int, burst: int) -> int:
+    """`cycles` wake-ups of a task that runs `burst` ns then sleeps 9.9 ms."""
+    now = start
+    for _ in range(cycles):
+        enqueue(policy, waker, wakeup=True)
+        waker.ran(now, now + burst)
+        now += 10 * MS
+    return now
+
+
+def test_short_burst_waker_gets_earlier_deadline_and_preempt_than_hog() -> None:
+    policy = DeadlinePolicy(OPTS)
+    hog, waker = EmulatedTask(100), EmulatedTask(200)
+    now, _ = run_hog(policy, hog, 0, 50)
+    run_waker(policy, waker, 0, 5, 100 * US)
+    now, hog_d = run_hog(policy, hog, now, 5)
+    waker_d = enqueue(policy, waker, wakeup=True)
+
+    assert waker_d.deadline < hog_d.deadline
+    assert waker_d.preempt is True
+    assert hog_d.preempt is False
+    # the hog's deadline carries its burst penalty; the waker's only its 100 us average burst
+    assert hog_d.deadline - hog_d.vtime >= 50 * MS
+    assert waker_d.deadline - waker_d.vtime == 100 * US
+
+
+def test_long_burst_waker_is_not_boosted() -> None:
+    policy = DeadlinePolicy(OPTS)
+    slow = EmulatedTask(300)
+    now = 0
+    for _ in range(4):  # wake, run 10 ms in 1 ms slices, sleep
+        enqueue(policy, slow, wakeup=True)
+        now, _ = run_hog(policy, slow, now, 9)
+        slow.ran(now, now + MS)
+        now += MS
+    d = enqueue(policy, slow, wakeup=True)
+    assert d.preempt is False
+    assert d.deadline - d.vtime == 10 * MS  # the completed 10 ms burst, not the fresh exec_runtime 0
+    assert policy.stats()["boosted"] == 1  # only its very first wake-up, before any history
+
+
+def test_wake_up_boost_threshold_is_one_bpf_slice() -> None:
+    policy = DeadlinePolicy(OPTS)
+    short, longer = EmulatedTask(1), EmulatedTask(2)
+    run_waker(policy, short, 0, 8, OPTS.min_slice_ns)
+    run_waker(policy, longer, 0, 8, OPTS.min_slice_ns + 50 * US)
+    assert enqueue(policy, short, wakeup=True).preempt is True
+    assert enqueue(policy, longer, wakeup=True).preempt is False
+    assert enqueue(policy, short, wakeup=False).preempt is False  # no boost without a wake-up
+
+
+def test_weight_scales_vruntime_deadline_and_slice() -> None:
+    policy = DeadlinePolicy(OPTS)
+    light, heavy = EmulatedTask(1, weight=100), EmulatedTask(2, weight=400)
+    now = 0
+    for _ in range(20):
+        light.ran(now, now + MS)
+        heavy.ran(now + MS, now + 2 * MS)
+        now += 2 * MS
+        dl = enqueue(policy, light, wakeup=False)
+        dh = enqueue(policy, heavy, wakeup=False)
+    # same CPU time: the heavy task's vruntime advanced 100/400 as much
+    assert dl.vtime == 20 * MS
+    assert dh.vtime == 20 * MS // 4
+    # same exec_runtime (20 ms): the burst penalty is scaled by 100/weight too
+    assert dl.deadline - dl.vtime == 20 * MS
+    assert dh.deadline - dh.vtime == 20 * MS // 4
+    # slice: BPF slice * weight / 100, within [BPF slice, budget]
+    assert dl.slice_ns == OPTS.min_slice_ns
+    assert dh.slice_ns == 4 * OPTS.min_slice_ns
+    top, low = EmulatedTask(3, weight=10000), EmulatedTask(4, weight=1)
+    assert enqueue(policy, top, wakeup=True).slice_ns == OPTS.slice_ns
+    assert enqueue(policy, low, wakeup=True).slice_ns == OPTS.min_slice_ns
+
+
+def test_burst_penalty_is_capped() -> None:
+    policy = DeadlinePolicy(OPTS)
+    hog = EmulatedTask(1)
+    _, d = run_hog(policy, hog, 0, 300)
+    assert hog.exec_runtime == 300 * MS
+    assert d.deadline - d.vtime == BURST_CAP_BUDGETS * OPTS.slice_ns
+
+
+def test_sleeper_credit_is_capped_at_one_budget() -> None:
+    policy = DeadlinePolicy(OPTS)
+    hog = EmulatedTask(1)
+    _, d = run_hog(policy, hog, 0, 200)
+    run_hog(policy, hog, 200 * MS, 1)  # the hog's last vtime is now the global vruntime
+    global_v = policy.stats()["vtime_now"]
+    assert global_v == d.vtime == 200 * MS
+
+    newcomer = enqueue(policy, EmulatedTask(2), wakeup=True)
+    assert newcomer.vtime == global_v - OPTS.slice_ns
+
+    sleeper = EmulatedTask(3)
+    sleeper.vtime = 10 * MS  # slept for a long time
+    assert enqueue(policy, sleeper, wakeup=True).vtime == global_v - OPTS.slice_ns
+
+    napper = EmulatedTask(4)
+    napper.vtime = global_v - 5 * MS  # within the cap: keeps its credit
+    assert enqueue(policy, napper, wakeup=True).vtime == global_v - 5 * MS
+    assert policy.stats()["clamped"] == 2
+
+
+def test_a_run_segment_is_charged_once() -> None:
+    policy = DeadlinePolicy(OPTS)
+    t = EmulatedTask(1)
+    t.ran(0, 3 * MS)
+    first = enqueue(policy, t, wakeup=False).vtime
+    second = enqueue(policy, t, wakeup=False).vtime  # re-enqueued without running in between
+    assert first == 3 * MS
+    assert second == first
+
+
+def test_one_bogus_segment_cannot_throw_vruntime_far_ahead() -> None:
+    policy = DeadlinePolicy(OPTS)
+    t = EmulatedTask(1)
+    t.ran(0, 10**15)  # 11 days in one segment
+    assert enqueue(policy, t, wakeup=False).vtime == OPTS.slice_ns
+
+
+def test_vtime_is_monotonic_and_bounded_on_a_random_stream() -> None:
+    rng = random.Random(4)
+    policy = DeadlinePolicy(OPTS)
+    tasks = [EmulatedTask(pid, weight=rng.choice((1, 50, 100, 400, 10000))) for pid in range(1, 40)]
+    task, d = Task(), Decision()
+    now = 0
+    last_global = 0
+    for _ in range(20000):
+        et = rng.choice(tasks)
+        seg = rng.choice((0, 10 * US, 500 * US, MS, 7 * MS, 30 * MS))
+        et.ran(now, now + seg)
+        now += seg + rng.randrange(0, 2 * MS)
+        before_v = et.vtime
+        enqueue(policy, et, wakeup=rng.random() < 0.5, task=task, decision=d)
+        g = policy.stats()["vtime_now"]
+        assert g >= last_global  # the global vruntime only moves forward
+        last_global = g
+        assert d.vtime >= before_v  # a task's vruntime never goes back
+        assert d.vtime >= g - OPTS.slice_ns  # sleeper credit cap
+        assert d.vtime <= max(g, before_v) + OPTS.slice_ns * 100 // et.weight  # one capped charge
+        assert d.deadline >= d.vtime
+        assert check_decision(task, d, OPTS) is None
+    assert last_global > 0
+
+
+@pytest.mark.parametrize("nr_cpus_allowed, expected", [(1, 3), (2, PYLAND_CPU_ANY), (4, PYLAND_CPU_ANY)])
+def test_pinned_task_keeps_its_cpu(nr_cpus_allowed: int, expected: int) -> None:
+    policy = DeadlinePolicy(OPTS)
+    t = EmulatedTask(7, cpu=3, nr_cpus_allowed=nr_cpus_allowed)
+    assert enqueue(policy, t, wakeup=True).cpu == expected
+    assert enqueue(policy, t, wakeup=False).cpu == expected
+
+
+def test_pid_and_generation_are_echoed() -> None:
+    policy = DeadlinePolicy(OPTS)
+    task = Task(pid=42, cpu=1, nr_cpus_allowed=4, flags=SCX_ENQ_WAKEUP, enq_cnt=(1 << 40) + 3)
+    d = Decision()
+    policy.decide(task, d)
+    assert (d.pid, d.enq_cnt) == (42, (1 << 40) + 3)
+
+
+def test_colliding_pids_do_not_inherit_burst_history() -> None:
+    policy = DeadlinePolicy(OPTS)
+    slow, fast = EmulatedTask(5), EmulatedTask(5 + BURST_SLOTS)  # same table entry
+    now = 0
+    for _ in range(3):
+        enqueue(policy, slow, wakeup=True)
+        now, _ = run_hog(policy, slow, now, 10)
+    enqueue(policy, slow, wakeup=True)  # slow's history: 10 ms bursts
+    fast.ran(now, now + 50 * US)
+    d = enqueue(policy, fast, wakeup=True)
+    assert d.preempt is True
+    assert d.deadline - d.vtime == 50 * US
+    assert policy.stats()["burst_slot_takeovers"] == 2
+
+
+def test_burst_history_smooths_a_change_of_behaviour() -> None:
+    policy = DeadlinePolicy(OPTS)
+    t = EmulatedTask(9)
+    now = 0
+    for _ in range(3):  # a 10 ms-burst task...
+        enqueue(policy, t, wakeup=True)
+        t.ran(now, now + 10 * MS)
+        now += 20 * MS
+    boosts = []
+    for _ in range(6):  # ...that turns into a 100 us-burst one
+        boosts.append(enqueue(policy, t, wakeup=True).preempt)
+        t.ran(now, now + 100 * US)
+        now += 20 * MS
+    # boosts[i] is decided after i short bursts (the average halves towards 100 us each time):
+    # one short burst does not make a hog interactive; four in a row do
+    assert boosts == [False, False, False, False, True, True]

@@ -1,0 +1,115 @@
+"""The non-default policies on a real sched_ext kernel (QEMU guest), one boot for the module.
+
+For fifo and each example policy file: `scxctl run --policy SPEC` attaches (state enabled, ops
+pyland), survives an 8 s stress-ng cpu+sleep+pipe mix, reports the policy's own counters in its
+summary lines, and detaches on SIGTERM with status 0. Then the policy benchmark runs once under the
+guest's Python (Debian trixie's 3.13), which proves the policy code runs there; its timings are
+distorted by TCG and are not used.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.vm
+
+SPECS = {
+    "fifo": ("fifo", "policy_decisions"),
+    "round_robin": ("examples/policies/round_robin.py", "policy_turns"),
+    "boost_comm": ("examples/policies/boost_comm.py", "policy_boosted"),
+}
+
+SCENARIO = r"""#!/bin/bash
+set -u
+R=/results
+SX=/sys/kernel/sched_ext
+cd /opt/scxctl
+state() { cat $SX/state 2>/dev/null; }
+ops() { cat $SX/root/ops 2>/dev/null || echo none; }
+wait_state() {  # wait_state WANT SECONDS
+    for _ in $(seq 1 $(( $2 * 10 ))); do
+        [ "$(state)" = "$1" ] && [ "$1" != enabled -o "$(ops)" = pyland ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+snap() { echo "state=$(state) ops=$(ops)" >"$R/$1.txt"; }
+
+run_policy() {  # run_policy NAME SPEC
+    scxctl --log-format json run --policy "$2" --stats-interval 1 >"$R/$1.log" 2>&1 &
+    pid=$!
+    wait_state enabled 90; echo $? >"$R/$1.attach.rc"
+    snap "$1.attached"
+    stress-ng --cpu 2 --sleep 2 --pipe 1 --timeout 8s >"$R/$1.stress.txt" 2>&1; echo $? >"$R/$1.stress.rc"
+    snap "$1.after_stress"
+    kill -TERM $pid
+    wait $pid; echo $? >"$R/$1.rc"
+    wait_state disabled 30
+    snap "$1.detached"
+}
+@RUNS@
+python3 --version >"$R/python.txt" 2>&1
+python3 -m benchmarks.policy_bench --records 5000 --repeat 2 >"$R/bench.txt" 2>&1; echo $? >"$R/bench.rc"
+exit 0
+"""
+
+
+def read(results: Path, name: str) -> str:
+    path = results / name
+    assert path.exists(), f"the guest did not write {name}"
+    return path.read_text()
+
+
+def log_events(text: str) -> list[dict[str, Any]]:
+    events = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue
+    return events
+
+
+@pytest.fixture(scope="module")
+def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    runs = "\n".join(f"run_policy {name} {spec}" for name, (spec, _) in SPECS.items())
+    script = tmp_path_factory.mktemp("policy") / "policy_scenario.sh"
+    script.write_text(SCENARIO.replace("@RUNS@", runs))
+    copy = [(str(script), "/tmp/policy_scenario.sh")]
+    res = vm.run("bash /tmp/policy_scenario.sh", timeout=900, cpus=2, mem="2G", copy=copy)
+    assert res.returncode == 0, f"guest run failed ({res.message}): {res.output[-3000:]}"
+    return res.results
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_policy_attaches_survives_stress_and_detaches(guest: Path, name: str) -> None:
+    log = read(guest, f"{name}.log")
+    assert read(guest, f"{name}.attach.rc").strip() == "0", log[-2000:]
+    assert read(guest, f"{name}.attached.txt").split() == ["state=enabled", "ops=pyland"]
+    assert read(guest, f"{name}.stress.rc").strip() == "0", read(guest, f"{name}.stress.txt")
+    assert read(guest, f"{name}.after_stress.txt").split() == ["state=enabled", "ops=pyland"], log[-2000:]
+    assert read(guest, f"{name}.rc").strip() == "0", log[-2000:]
+    assert read(guest, f"{name}.detached.txt").split() == ["state=disabled", "ops=none"]
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_policy_counters_reach_the_summary_lines(guest: Path, name: str) -> None:
+    _, counter = SPECS[name]
+    stats = [e for e in log_events(read(guest, f"{name}.log")) if e.get("event") == "pyland stats"]
+    assert len(stats) >= 3, read(guest, f"{name}.log")[-2000:]
+    values = [s[counter] for s in stats]
+    assert values == sorted(values)
+    assert values[-1] > values[0] > 0
+
+
+def test_policies_run_under_the_guest_python(guest: Path) -> None:
+    assert read(guest, "python.txt").startswith("Python 3.13")
+    bench = read(guest, "bench.txt")
+    assert read(guest, "bench.rc").strip() == "0", bench[-2000:]
+    for policy in ("null", "fifo", "deadline", "round_robin.py", "boost_comm.py"):
+        assert sum(line.startswith(policy + " ") for line in bench.splitlines()) == 2, bench

@@ -1,0 +1,128 @@
+"""records.py against the C layouts, read from the BTF that clang emitted for the built objects."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scxctl.bpf.buildinfo import read_section
+from scxctl.pyland import records
+from scxctl.pyland.policy import DECISION_FIELDS, TASK_FIELDS
+
+ROOT = Path(__file__).resolve().parent.parent
+PYLAND_OBJ = ROOT / "bpf" / "build" / "pyland.bpf.o"
+LOOP_OBJ = ROOT / "bpf" / "build" / "tests" / "pyland_loop.bpf.o"
+BPFTOOL = shutil.which("bpftool") or "/usr/sbin/bpftool"
+
+
+def btf_types(obj: Path) -> list[dict[str, Any]]:
+    if not obj.is_file():
+        pytest.fail(f"{obj} missing: run make -C bpf")
+    out = subprocess.run([BPFTOOL, "-j", "btf", "dump", "file", str(obj)], capture_output=True, text=True,
+                         check=True).stdout
+    return json.loads(out)["types"]
+
+
+def struct_layout(types: list[dict[str, Any]], name: str) -> tuple[int, list[tuple[str, int]]]:
+    t = next(t for t in types if t["kind"] == "STRUCT" and t.get("name") == name)
+    return t["size"], [(m["name"], m["bits_offset"] // 8) for m in t["members"]]
+
+
+def fmt_offsets(fmt: struct.Struct) -> list[int]:
+    """Offsets of each field of a '='-format (no padding), by summing the item sizes."""
+    offsets, off = [], 0
+    for count, code in re.findall(r"(\d*)([a-zA-Z])", fmt.format.lstrip("=")):
+        size = struct.calcsize("=" + code) * (int(count) if code == "s" and count else 1)
+        reps = 1 if code == "s" else int(count or 1)
+        for _ in range(reps):
+            offsets.append(off)
+            off += size
+    return offsets
+
+
+@pytest.mark.parametrize(("cname", "fmt", "fields"), [
+    ("pyland_task", records.TASK, TASK_FIELDS),
+    ("pyland_decision", records.DECISION,
+     ("pid", "cpu", "flags", "slice_ns", "deadline", "vtime", "enq_cnt")),
+])
+def test_record_layout_matches_c(cname: str, fmt: struct.Struct, fields: tuple[str, ...]) -> None:
+    size, members = struct_layout(btf_types(LOOP_OBJ), cname)
+    assert fmt.size == size
+    assert [m for m, _ in members] == list(fields)
+    assert [off for _, off in members] == fmt_offsets(fmt)
+
+
+def test_decision_fields_of_the_policy_api_follow_the_record() -> None:
+    # Decision.preempt stands for bit 0 of the record's flags
+    assert DECISION_FIELDS == ("pid", "cpu", "preempt", "slice_ns", "deadline", "vtime", "enq_cnt")
+
+
+def test_shared_state_layout_matches_c() -> None:
+    types = btf_types(PYLAND_OBJ)
+    size, members = struct_layout(types, "pyland_shared")
+    assert size == records.SHARED_SIZE
+    assert [m for m, _ in members] == [*records.SHARED_COUNTERS, "exit"]
+    assert [off for _, off in members[:-1]] == [8 * i for i in range(len(records.SHARED_COUNTERS))]
+    assert members[-1][1] == records.EXIT_OFFSET
+    esize, emembers = struct_layout(types, "pyland_exit_info")
+    assert esize == records.EXIT_INFO.size
+    assert [off for _, off in emembers] == fmt_offsets(records.EXIT_INFO)
+
+
+def test_config_layout_matches_c() -> None:
+    size, members = struct_layout(btf_types(PYLAND_OBJ), "pyland_config")
+    assert size == records.CONFIG.size
+    assert [m for m, _ in members] == ["slice_ns", "usersched_tgid", "builtin_idle", "timer_ns"]
+    assert [off for _, off in members] == fmt_offsets(records.CONFIG)
+
+
+@pytest.mark.parametrize(("section", "var_size"),
+                         [(".bss", records.SHARED_SIZE), (".rodata", records.CONFIG.size)])
+def test_shared_and_config_are_alone_at_offset_zero(section: str, var_size: int) -> None:
+    """Python addresses .bss/.rodata at offset 0: another global there would shift everything."""
+    types = btf_types(PYLAND_OBJ)
+    sec = next(t for t in types if t["kind"] == "DATASEC" and t["name"] == section)
+    assert [(v["offset"], v["size"]) for v in sec["vars"]] == [(0, var_size)]
+
+
+def test_nr_queued_is_counted_before_the_record_is_submitted() -> None:
+    """R1 in the compiled code: the atomic add on shared.nr_queued precedes bpf_ringbuf_submit."""
+    objdump = shutil.which("llvm-objdump-19") or shutil.which("llvm-objdump")
+    assert objdump, "llvm-objdump is part of the build toolchain (llvm-19)"
+    text = subprocess.run([objdump, "-dr", "--no-show-raw-insn", "-j", "struct_ops/pyland_enqueue",
+                           str(PYLAND_OBJ)], capture_output=True, text=True, check=True).stdout
+    lines = text.splitlines()
+    submit = [i for i, ln in enumerate(lines) if "call 0x84" in ln]  # BPF_FUNC_ringbuf_submit = 132
+    atomic = [i for i, ln in enumerate(lines) if "lock *(u64 *)" in ln]
+    assert submit, "enqueue must submit records"
+    # the .bss access right before the increment is relocated against `shared` (offset 0: nr_queued)
+    last_submit = submit[-1]
+    before = [i for i in atomic if i < last_submit]
+    assert before, "no atomic increment before bpf_ringbuf_submit"
+    window = "\n".join(lines[max(0, before[-1] - 6):before[-1] + 1])
+    assert "shared" in window and "+= r" in lines[before[-1]]
+
+
+def test_object_defaults_separate_bpf_slice_from_user_budget() -> None:
+    """R5/R8 in the built object: .rodata defaults are a 1 ms BPF slice, builtin_idle on, 100 ms timer."""
+    raw = read_section(PYLAND_OBJ, ".rodata")
+    assert raw is not None
+    slice_ns, tgid, builtin_idle, timer_ns = records.CONFIG.unpack(raw[: records.CONFIG.size])
+    assert (slice_ns, tgid, builtin_idle, timer_ns) == (1_000_000, 0, 1, 100_000_000)
+
+
+def test_ops_name_and_both_struct_ops_maps_exist() -> None:
+    types = btf_types(PYLAND_OBJ)
+    sec = next(t for t in types if t["kind"] == "DATASEC" and t["name"] == ".struct_ops.link")
+    by_id = {t["id"]: t for t in types}
+    names = sorted(by_id[v["type_id"]]["name"] for v in sec["vars"])
+    assert names == ["pyland_ops", "pyland_partial_ops"]
+    data = read_section(PYLAND_OBJ, ".struct_ops.link")
+    assert data is not None and data.count(records.OPS_NAME.encode() + b"\0") == 2

@@ -1,0 +1,205 @@
+"""pyland on a real sched_ext kernel (QEMU guest): one boot runs every scenario, the tests read /results.
+
+Scenarios, in order, each leaving files under /results:
+  attach   `scxctl run` -> state enabled, root/ops == pyland, switch_all 1
+  stress   stress-ng cpu+fork+futex+sleep+pipe for 30 s under pyland: no ejection, counters grow
+  sigterm  SIGTERM -> exit 0, exit kind UNREG reported, state disabled
+  kill9    kill -9 of the scheduler -> the kernel goes back to the fair class, the guest keeps working
+  partial  --partial: switch_all 0, only a SCHED_EXT task is under pyland (nr_enabled, /proc/PID/sched)
+  raising  a policy that raises inside decide() at runtime -> reported in one line, exit 1, detached
+Timing under TCG is ~10x slower than on the host: the waits below are generous, nothing is tuned to pass.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.vm
+
+SCENARIO = r"""#!/bin/bash
+set -u
+R=/results
+SX=/sys/kernel/sched_ext
+cd /opt/scxctl
+state() { cat $SX/state 2>/dev/null; }
+ops() { cat $SX/root/ops 2>/dev/null || echo none; }
+wait_state() {  # wait_state WANT SECONDS
+    for _ in $(seq 1 $(( $2 * 10 ))); do
+        [ "$(state)" = "$1" ] && [ "$1" != enabled -o "$(ops)" = pyland ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+snap() { echo "state=$(state) ops=$(ops) switch_all=$(cat $SX/switch_all)" >"$R/$1.txt"; }
+
+# attach + stress + sigterm -------------------------------------------------------------------------
+scxctl --log-format json run --stats-interval 2 >"$R/run1.log" 2>&1 &
+pid=$!
+wait_state enabled 90; echo $? >"$R/attach.rc"
+snap attach
+stress-ng --cpu 2 --fork 1 --futex 1 --sleep 2 --pipe 1 --timeout 30s --metrics-brief >"$R/stress.txt" 2>&1
+echo $? >"$R/stress.rc"
+sleep 3
+snap after_stress
+kill -0 $pid 2>/dev/null && echo alive >"$R/sched_alive_after_stress.txt"
+kill -TERM $pid
+wait $pid; echo $? >"$R/run1.rc"
+wait_state disabled 30
+snap after_sigterm
+
+# kill -9 ------------------------------------------------------------------------------------------
+scxctl --log-format json run --stats-interval 0 >"$R/run2.log" 2>&1 &
+pid=$!
+wait_state enabled 90; echo $? >"$R/attach2.rc"
+kill -KILL $pid
+wait $pid; echo $? >"$R/run2.rc"
+wait_state disabled 30
+snap after_kill9
+python3 -c 'import os; print("guest alive", sum(1 for _ in os.scandir("/proc")))' \
+    >"$R/alive_after_kill9.txt" 2>&1
+stress-ng --cpu 1 --timeout 3s >/dev/null 2>&1; echo $? >"$R/stress_after_kill9.rc"
+
+# --partial ------------------------------------------------------------------------------------------
+scxctl --log-format json run --partial --stats-interval 1 >"$R/run3.log" 2>&1 &
+pid=$!
+wait_state enabled 90; echo $? >"$R/attach3.rc"
+snap partial
+python3 -c '
+import os, time
+os.sched_setscheduler(0, 7, os.sched_param(0))   # SCHED_EXT
+end = time.time() + 6
+while time.time() < end: pass
+' &
+ext=$!
+sh -c 'end=$(( $(date +%s) + 6 )); while [ $(date +%s) -lt $end ]; do :; done' &
+fair=$!
+sleep 3
+grep -E '^policy' /proc/$ext/sched >"$R/partial_ext_policy.txt" 2>&1
+grep -E '^policy' /proc/$fair/sched >"$R/partial_fair_policy.txt" 2>&1
+wait $ext $fair
+sleep 2
+kill -TERM $pid
+wait $pid; echo $? >"$R/run3.rc"
+wait_state disabled 30
+
+# a policy that raises at runtime --------------------------------------------------------------------
+cat >/tmp/raising.py <<'EOF'
+from scxctl.pyland.policies.fifo import FifoPolicy
+
+class Raising(FifoPolicy):
+    name = "raising"
+    calls = 0
+
+    def decide(self, task, decision):
+        if task.pid < 2_000_000_000:  # real tasks only: the validation call uses synthetic pids
+            Raising.calls += 1
+            if Raising.calls > 200:
+                raise RuntimeError("policy bug on purpose")
+        super().decide(task, decision)
+
+POLICY = Raising
+EOF
+( stress-ng --cpu 2 --timeout 20s >/dev/null 2>&1 & )
+timeout 120 scxctl --log-format json run --policy /tmp/raising.py --stats-interval 0 >"$R/run4.log" 2>&1
+echo $? >"$R/run4.rc"
+wait_state disabled 30
+snap after_raising
+echo ok >"$R/alive_after_raising.txt"
+dmesg | grep -iE 'sched_ext|pyland' >"$R/dmesg.txt" 2>&1
+exit 0
+"""
+
+
+def read(results: Path, name: str) -> str:
+    p = results / name
+    assert p.exists(), f"the guest did not write {name}"
+    return p.read_text()
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    out = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+def stats_lines(text: str) -> list[dict[str, Any]]:
+    return [d for d in json_lines(text) if d.get("event") == "pyland stats"]
+
+
+@pytest.fixture(scope="module")
+def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    script = tmp_path_factory.mktemp("pyland") / "scenario.sh"
+    script.write_text(SCENARIO)
+    res = vm.run("bash /tmp/pyland_scenario.sh", timeout=900, cpus=2, mem="2G",
+                 copy=[(str(script), "/tmp/pyland_scenario.sh")])
+    assert res.returncode == 0, f"guest run failed ({res.message}): {res.output[-3000:]}"
+    return res.results
+
+
+def test_attach_enables_pyland(guest: Path) -> None:
+    assert read(guest, "attach.rc").strip() == "0", read(guest, "run1.log")[-2000:]
+    assert read(guest, "attach.txt").split() == ["state=enabled", "ops=pyland", "switch_all=1"]
+
+
+def test_stress_mix_runs_30s_without_ejection(guest: Path) -> None:
+    assert read(guest, "stress.rc").strip() == "0", read(guest, "stress.txt")
+    assert read(guest, "after_stress.txt").startswith("state=enabled ops=pyland")
+    assert read(guest, "sched_alive_after_stress.txt").strip() == "alive"
+    stats = stats_lines(read(guest, "run1.log"))
+    assert len(stats) >= 5
+    dispatched = [s["nr_dispatched"] for s in stats]
+    assert dispatched == sorted(dispatched) and dispatched[-1] > dispatched[0] > 0
+    consumed = [s["consumed"] for s in stats]
+    assert consumed[-1] > consumed[0]
+    last = stats[-1]
+    assert last["nr_queued"] >= last["consumed"] > 0
+    assert last["nr_usersched_runs"] > 0
+
+
+def test_sigterm_detaches_and_reports_unreg(guest: Path) -> None:
+    log = read(guest, "run1.log")
+    assert read(guest, "run1.rc").strip() == "0", log[-2000:]
+    assert "UNREG" in log and "signal SIGTERM" in log
+    assert read(guest, "after_sigterm.txt").startswith("state=disabled ops=none")
+
+
+def test_kill9_returns_to_the_fair_class(guest: Path) -> None:
+    assert read(guest, "attach2.rc").strip() == "0"
+    assert read(guest, "run2.rc").strip() == "137"
+    assert read(guest, "after_kill9.txt").startswith("state=disabled ops=none")
+    assert read(guest, "alive_after_kill9.txt").startswith("guest alive")
+    assert read(guest, "stress_after_kill9.rc").strip() == "0"
+
+
+def test_partial_only_switches_sched_ext_tasks(guest: Path) -> None:
+    assert read(guest, "attach3.rc").strip() == "0", read(guest, "run3.log")[-2000:]
+    assert read(guest, "partial.txt").split() == ["state=enabled", "ops=pyland", "switch_all=0"]
+    assert re.search(r"policy\s*:\s*7\b", read(guest, "partial_ext_policy.txt"))
+    assert re.search(r"policy\s*:\s*0\b", read(guest, "partial_fair_policy.txt"))
+    stats = stats_lines(read(guest, "run3.log"))
+    assert stats, read(guest, "run3.log")[-2000:]
+    # with SWITCH_PARTIAL only tasks that chose SCHED_EXT join: a handful, never the whole system
+    assert max(s["nr_enabled"] for s in stats) >= 1
+    assert max(s["nr_enabled"] for s in stats) <= 3
+    assert read(guest, "run3.rc").strip() == "0"
+
+
+def test_raising_policy_is_reported_and_detached(guest: Path) -> None:
+    log = read(guest, "run4.log")
+    assert read(guest, "run4.rc").strip() == "1", log[-2000:]
+    errors = [ln for ln in log.splitlines() if ln.startswith("scxctl: error:")]
+    assert len(errors) == 1
+    assert "policy 'raising' raised RuntimeError: policy bug on purpose" in errors[0]
+    assert "Traceback" not in log
+    assert read(guest, "after_raising.txt").startswith("state=disabled")
+    assert read(guest, "alive_after_raising.txt").strip() == "ok"

@@ -1,0 +1,429 @@
+"""The VM harness (tools/vm): host-only logic, then real guest boots (marked vm).
+
+Guest boots are expensive under TCG (15-40 s each), so this module boots three times: one light
+boot that checks everything it can and exits 3, one that hangs past --timeout, one with systemd.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import scxctl
+from tools.vm import accel, apt, cli, config, image, kernel, qemu, rundisk, runner
+from tools.vm.api import VM, VMResult
+from tools.vm.codes import HarnessCode
+from tools.vm.rundisk import Copy
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------- host-only: argument parsing
+
+
+def test_copy_spec_parses_src_and_absolute_dst() -> None:
+    c = Copy.parse("some/file.txt:/etc/scxctl/x.toml")
+    assert c.src == Path("some/file.txt")
+    assert c.dst == "/etc/scxctl/x.toml"
+
+
+@pytest.mark.parametrize("spec", ["nodst", "src:", ":/dst", "src:relative/dst", "src:/a\tb"])
+def test_copy_spec_rejects_malformed(spec: str) -> None:
+    with pytest.raises(ValueError):
+        Copy.parse(spec)
+
+
+def test_command_string_keeps_one_arg_and_quotes_several() -> None:
+    assert cli.command_string(["echo a; exit 3"]) == "echo a; exit 3"
+    assert cli.command_string(["sh", "-c", "exit 3"]) == "sh -c 'exit 3'"
+
+
+class _FakeRun:
+    def __init__(self, code: int, message: str | None = None) -> None:
+        self.code, self.message = code, message
+        self.spec: runner.RunSpec | None = None
+
+    def __call__(self, spec: runner.RunSpec, sink: object = None) -> runner.Outcome:
+        self.spec = spec
+        return runner.Outcome(self.code, b"", self.message, "tcg", 1.0, 2.0, "")
+
+
+def test_run_cli_builds_the_spec_and_exits_with_the_command_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _FakeRun(3)
+    monkeypatch.setattr(runner, "run", fake)
+    res = CliRunner().invoke(
+        cli.app,
+        ["run", "--systemd", "--timeout", "7", "--cpus", "3", "--mem", "1G", "--copy", "a:/b",
+         "--results", "out", "--", "scxctl", "doctor", "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 3, res.output
+    assert fake.spec is not None
+    assert fake.spec.command == "scxctl doctor --json"
+    assert (fake.spec.systemd, fake.spec.timeout, fake.spec.cpus, fake.spec.mem) == (True, 7.0, 3, "1G")
+    assert fake.spec.copies == [Copy(Path("a"), "/b")]
+    assert fake.spec.results == Path("out")
+
+
+def test_run_cli_options_after_the_command_belong_to_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _FakeRun(0)
+    monkeypatch.setattr(runner, "run", fake)
+    res = CliRunner().invoke(cli.app, ["run", "scxctl", "doctor", "--json"])
+    assert res.exit_code == 0, res.output
+    assert fake.spec is not None and fake.spec.command == "scxctl doctor --json"
+
+
+def test_run_cli_reports_harness_failures_with_their_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _FakeRun(int(HarnessCode.TIMEOUT), "guest command timed out after 5 s")
+    monkeypatch.setattr(runner, "run", fake)
+    res = CliRunner().invoke(cli.app, ["run", "--", "sleep 100"])
+    assert res.exit_code == 124
+    assert "timed out" in res.output
+
+
+def test_run_cli_rejects_bad_copy_before_booting(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _FakeRun(0)
+    monkeypatch.setattr(runner, "run", fake)
+    res = CliRunner().invoke(cli.app, ["run", "--copy", "x:relative", "--", "true"])
+    assert res.exit_code == 2
+    assert fake.spec is None
+
+
+# ---------------------------------------------------------------- host-only: outcome mapping
+
+
+def _watch(**kw: object) -> runner._Watch:
+    w = runner._Watch("n0nce")
+    for k, v in kw.items():
+        setattr(w, k, v)
+    return w
+
+
+@pytest.mark.parametrize(
+    ("watch", "timed_out", "code"),
+    [
+        (_watch(started_at=1.0, exit_code=0), None, 0),
+        (_watch(started_at=1.0, exit_code=3), None, 3),
+        (_watch(started_at=1.0), "command", HarnessCode.TIMEOUT),
+        (_watch(started_at=1.0, exit_code=0, panic="Kernel panic - not syncing: x"), None, HarnessCode.PANIC),
+        (_watch(), "boot", HarnessCode.NO_COMMAND),
+        (_watch(), None, HarnessCode.NO_COMMAND),
+        (_watch(error="cannot bind /results"), None, HarnessCode.NO_COMMAND),
+        (_watch(started_at=1.0), None, HarnessCode.NO_COMMAND),
+    ],
+)
+def test_classify_maps_each_outcome_to_its_code(
+    watch: runner._Watch, timed_out: str | None, code: int
+) -> None:
+    got, message = runner.classify(watch, timed_out)
+    assert got == code
+    assert (message is None) == (code in (0, 3))
+
+
+def test_harness_codes_are_distinct_and_above_command_range() -> None:
+    values = [int(c) for c in HarnessCode]
+    assert len(set(values)) == len(values) == 4
+    assert values == [124, 125, 126, 127]
+
+
+def test_watch_parses_markers_split_across_reads_and_ignores_other_nonces() -> None:
+    w = runner._Watch("abc")
+    w.feed_ctl("SCXVM:other:exit=9\nSCXVM:abc:st", 1.0)
+    assert w.started_at is None and w.exit_code is None
+    w.feed_ctl("art\nSCXVM:abc:exit=42\n", 2.0)
+    assert w.started_at == 2.0
+    assert w.exit_code == 42
+
+
+def test_watch_sees_a_kernel_panic_on_the_console() -> None:
+    w = runner._Watch("abc")
+    w.feed_console("[  3.1] ok\n")
+    assert w.panic is None
+    w.feed_console("[  4.2] Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000100\n")
+    assert w.panic is not None and "Attempted to kill init" in w.panic
+
+
+# ---------------------------------------------------------------- host-only: KVM probe handling
+
+
+def test_kvm_probe_interpretation() -> None:
+    ok, reason = accel.interpret("", "KVM internal error. Suberror: 1\nemulation failure", 0)
+    assert not ok and "KVM internal error" in reason
+    ok, _ = accel.interpret("[ 0.9] VFS: Unable to mount root fs on unknown-block(0,0)\n", "", 0)
+    assert ok
+    ok, reason = accel.interpret("", "", None)
+    assert not ok and "hung" in reason
+    ok, reason = accel.interpret("", "failed to set MSR 0x10a", -6)
+    assert not ok and "-6" in reason
+
+
+def test_kvm_verdict_is_cached_per_key_and_env_overrides(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SCXCTL_VM_CACHE", str(tmp_path))
+    monkeypatch.delenv("SCXCTL_VM_ACCEL", raising=False)
+    calls: list[Path] = []
+
+    def fake_probe(qemu_bin: str, k: Path) -> tuple[bool, str]:
+        calls.append(k)
+        return False, "KVM guest failed: KVM internal error"
+
+    monkeypatch.setattr(accel, "_probe", fake_probe)
+    monkeypatch.setattr(accel, "_qemu_version", lambda q: "QEMU 7.2")
+    k = tmp_path / "6.99-test" / "vmlinuz"
+    first = accel.choose("qemu", k)
+    second = accel.choose("qemu", k)
+    assert (first.kvm, second.kvm) == (False, False)
+    assert len(calls) == 1  # the second answer came from the cache file
+    assert json.loads((tmp_path / "kvm-probe.json").read_text())["reason"].startswith("KVM guest failed")
+    accel.choose("qemu", tmp_path / "7.0-other" / "vmlinuz")
+    assert len(calls) == 2  # another guest kernel is probed again
+    monkeypatch.setenv("SCXCTL_VM_ACCEL", "kvm")
+    assert accel.choose("qemu", k).kvm is True
+    assert len(calls) == 2
+
+
+# ---------------------------------------------------------------- host-only: kernel, image, disk
+
+
+def test_kernel_config_parsing_and_requirements() -> None:
+    text = "CONFIG_SCHED_CLASS_EXT=y\n# CONFIG_DEBUG_INFO_BTF is not set\nCONFIG_LOCALVERSION=\"\"\n"
+    opts = kernel.parse_config(text)
+    assert opts["CONFIG_SCHED_CLASS_EXT"] == "y"
+    assert opts["CONFIG_DEBUG_INFO_BTF"] == "n"
+    missing = kernel.missing_options(opts)
+    assert "CONFIG_DEBUG_INFO_BTF" in missing and "CONFIG_SCHED_CLASS_EXT" not in missing
+    full = {o: "y" for o in kernel.REQUIRED_CONFIG}
+    assert kernel.missing_options(full) == []
+
+
+def test_kernel_candidate_finds_split_packages() -> None:
+    c = kernel.Candidate(
+        "linux-image-7.3.4+deb13-cloud-amd64",
+        "7.3.4-1~bpo13+1",
+        "dracut | initramfs-tools (>= 0.120+deb8u2) | linux-initramfs-tool, "
+        "linux-base-7.3.4+deb13-cloud-amd64 (= 7.3.4-1~bpo13+1), "
+        "linux-binary-7.3.4+deb13-cloud-amd64 (= 7.3.4-1~bpo13+1), "
+        "linux-modules-7.3.4+deb13-cloud-amd64 (= 7.3.4-1~bpo13+1)",
+    )
+    assert c.abi == "7.3.4+deb13"
+    assert sorted(c.split_packages()) == [
+        "linux-base-7.3.4+deb13-cloud-amd64",
+        "linux-binary-7.3.4+deb13-cloud-amd64",
+    ]
+    old_style = kernel.Candidate("linux-image-6.12.1+deb13-cloud-amd64", "6.12.1-1", "kmod, linux-base")
+    assert old_style.split_packages() == []
+
+
+def test_apt_stanzas_and_debian_version_order() -> None:
+    st = apt.parse_stanzas("Package: a\nVersion: 1\nDescription: x\n more\n\nPackage: b\nVersion: 2\n")
+    assert [s["Package"] for s in st] == ["a", "b"]
+    assert st[0]["Description"] == "x\nmore"
+    assert apt.sort_versions(["6.12.117-1", "7.3.4-1~bpo13+1", "7.3.4-1", "6.18.5-1~bpo13+1"]) == [
+        "7.3.4-1",
+        "7.3.4-1~bpo13+1",
+        "6.18.5-1~bpo13+1",
+        "6.12.117-1",
+    ]
+
+
+def test_private_apt_never_points_at_host_state(tmp_path: Path) -> None:
+    a = apt.PrivateApt(tmp_path)
+    a.setup()
+    opts = " ".join(a.options())
+    assert f"Dir::State={tmp_path}" in opts and f"Dir::Cache={tmp_path}" in opts
+    assert "Dir::Etc::sourceparts=-" in opts
+    assert "trixie-backports" in a.sources.read_text()
+
+
+def test_image_cache_key_follows_the_recipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    base = image.recipe()
+    assert image.cache_key(base) == image.cache_key(image.recipe())
+    more = dict(base, packages=[*base["packages"], "strace"])  # type: ignore[list-item]
+    assert image.cache_key(more) != image.cache_key(base)
+    changed = json.loads(json.dumps(base))
+    changed["files"]["customize.sh"] += "\n# changed\n"
+    assert image.cache_key(changed) != image.cache_key(base)
+
+
+def test_mbr_has_signature_and_one_linux_partition() -> None:
+    sector = image.mbr("5c7c7e11", 2048, 4096)
+    assert len(sector) == 512 and sector[510:] == b"\x55\xaa"
+    assert sector[0x1B8:0x1BC] == bytes.fromhex("117e7c5c")
+    assert sector[0x1BE + 4] == 0x83
+    assert int.from_bytes(sector[0x1BE + 8 : 0x1BE + 12], "little") == 2048
+    assert int.from_bytes(sector[0x1BE + 12 : 0x1BE + 16], "little") == 4096
+    assert image.ROOT_PARTUUID == "5c7c7e11-01"
+
+
+def test_qemu_argv_snapshots_root_and_selects_init() -> None:
+    m = qemu.Machine(Path("/k"), Path("/root.img"), Path("/run.img"), Path("/c"), Path("/t"), Path("/o"))
+    argv = qemu.argv(m)
+    joined = " ".join(argv)
+    assert "file=/root.img,if=none,id=root,format=raw,snapshot=on" in joined
+    assert "snapshot" not in argv[argv.index("file=/run.img,if=none,id=run,format=raw")]
+    assert "tcg,thread=multi" in argv and "max" in argv
+    assert "init=/usr/local/sbin/scxvm-boot" in argv[argv.index("-append") + 1]
+    sd = qemu.argv(qemu.Machine(Path("/k"), Path("/r"), Path("/u"), Path("/c"), Path("/t"), Path("/o"),
+                                accel="kvm", systemd=True))  # fmt: skip
+    cmdline = sd[sd.index("-append") + 1]
+    assert "init=" not in cmdline and "scxvm.mode=systemd" in cmdline
+    assert "kvm" in sd and "host" in sd
+
+
+def test_run_disk_carries_the_tree_and_gives_results_back(tmp_path: Path) -> None:
+    """mkfs.ext4 -d in, debugfs out: the same tools a real run uses, without booting."""
+    src = tmp_path / "hostfile"
+    token = secrets.token_hex(8)
+    src.write_text(token)
+    staging = tmp_path / "stage"
+    nonce = rundisk.stage(staging, "exit 3", [Copy(src, "/etc/x")], None)
+    assert (staging / "nonce").read_text().strip() == nonce
+    assert (staging / "cmd").read_text() == "exit 3"
+    assert (staging / "copies.tsv").read_text() == "0\t/etc/x\n"
+    assert (staging / "copies" / "0").read_text() == token
+    assert (staging / "project" / "scxctl" / "__init__.py").read_bytes() == (
+        CHECKOUT / "scxctl" / "__init__.py"
+    ).read_bytes()
+    assert not list((staging / "project").rglob("__pycache__"))
+    (staging / "results" / "sub").mkdir()
+    (staging / "results" / "sub" / "r.txt").write_text(token)
+    (staging / "exitcode").write_text("3\n")
+    img = tmp_path / "run.img"
+    rundisk.make(staging, img)
+    label = subprocess.run(["e2label", str(img)], capture_output=True, text=True, check=True).stdout.strip()
+    assert label == rundisk.LABEL
+    assert rundisk.read_exitcode(img) == 3
+    dest = tmp_path / "results"
+    rundisk.fetch_results(img, dest, tmp_path / "scratch")
+    assert (dest / "sub" / "r.txt").read_text() == token
+
+
+def test_cache_dir_defaults_into_the_checkout_and_env_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SCXCTL_VM_CACHE", raising=False)
+    assert config.cache_dir() == CHECKOUT / ".cache" / "vm"
+    monkeypatch.setenv("SCXCTL_VM_CACHE", "/srv/vmcache")
+    assert config.cache_dir() == Path("/srv/vmcache")
+
+
+# ---------------------------------------------------------------- guest boots
+
+
+LIGHT_SCRIPT = r"""
+set -u
+R=/results
+cat /sys/kernel/sched_ext/state >$R/state 2>&1
+uname -r >$R/uname
+grep -c '^CONFIG_SCHED_CLASS_EXT=y$' /boot/config-$(uname -r) >$R/config_sched_ext 2>&1
+python3 -c 'import scxctl; print(scxctl.__version__, scxctl.__file__)' >$R/import 2>&1
+runuser -u tester -- python3 -c 'import scxctl; print(scxctl.__version__)' >$R/import_tester 2>&1
+sha256sum /opt/scxctl/scxctl/cli.py | cut -d' ' -f1 >$R/cli_sha
+scxctl doctor --json >$R/doctor.json 2>$R/doctor.err; echo $? >$R/doctor.rc
+cat /guest/in.txt >$R/copied_file 2>&1
+cat /guest/dir/nested/deep.txt >$R/copied_dir 2>&1
+mountpoint -q /sys/fs/bpf && echo yes >$R/bpffs
+echo "to-stdout-$TOKEN"
+echo "to-stderr-$TOKEN" >&2
+exit 3
+"""
+
+
+@pytest.fixture(scope="module")
+def light(vm: VM, tmp_path_factory: pytest.TempPathFactory) -> tuple[VMResult, str]:
+    token = secrets.token_hex(8)
+    host = tmp_path_factory.mktemp("vmcopy")
+    (host / "in.txt").write_text(token)
+    (host / "dir" / "nested").mkdir(parents=True)
+    (host / "dir" / "nested" / "deep.txt").write_text(token[::-1])
+    res = vm.run(
+        f"TOKEN={token}\n" + LIGHT_SCRIPT,
+        timeout=240,
+        copy=[(str(host / "in.txt"), "/guest/in.txt"), (str(host / "dir"), "/guest/dir")],
+    )
+    return res, token
+
+
+def _read(res: VMResult, name: str) -> str:
+    path = res.results / name
+    assert path.is_file(), f"guest wrote no /results/{name}; output:\n{res.output}"
+    return path.read_text().strip()
+
+
+@pytest.mark.vm
+def test_guest_exit_code_propagates(light: tuple[VMResult, str]) -> None:
+    res, _ = light
+    assert res.message is None, res.output
+    assert res.returncode == 3
+
+
+@pytest.mark.vm
+def test_guest_output_is_streamed_without_kernel_noise(light: tuple[VMResult, str]) -> None:
+    res, token = light
+    out = res.output
+    assert f"to-stdout-{token}" in out and f"to-stderr-{token}" in out
+    assert "Linux version" not in out and "SCXVM:" not in out
+
+
+@pytest.mark.vm
+def test_guest_sched_ext_is_built_in_and_disabled(light: tuple[VMResult, str]) -> None:
+    res, _ = light
+    assert _read(res, "state") == "disabled"
+    assert _read(res, "config_sched_ext") == "1"
+    assert _read(res, "uname") == kernel.current().release  # type: ignore[union-attr]
+    assert _read(res, "bpffs") == "yes"
+
+
+@pytest.mark.vm
+def test_guest_imports_the_working_tree(light: tuple[VMResult, str]) -> None:
+    res, _ = light
+    version, path = _read(res, "import").split()
+    assert version == scxctl.__version__
+    assert path == "/opt/scxctl/scxctl/__init__.py"
+    assert _read(res, "import_tester") == scxctl.__version__
+    assert _read(res, "cli_sha") == hashlib.sha256((CHECKOUT / "scxctl" / "cli.py").read_bytes()).hexdigest()
+
+
+@pytest.mark.vm
+def test_guest_copy_in_and_results_out(light: tuple[VMResult, str]) -> None:
+    res, token = light
+    assert _read(res, "copied_file") == token
+    assert _read(res, "copied_dir") == token[::-1]
+
+
+@pytest.mark.vm
+def test_guest_doctor_finds_sched_ext(light: tuple[VMResult, str]) -> None:
+    res, _ = light
+    report = json.loads(_read(res, "doctor.json"))
+    checks = {c["id"]: c for c in report["checks"]}
+    sched_ext = {i: c["status"] for i, c in checks.items() if "sched_ext" in i}
+    assert {"kernel.config_sched_ext", "kernel.sched_ext_sysfs", "sched_ext.state"} <= set(sched_ext), checks
+    assert set(sched_ext.values()) == {"ok"}, sched_ext
+    assert checks["kernel.btf"]["status"] == "ok", checks["kernel.btf"]
+
+
+@pytest.mark.vm
+def test_guest_timeout_is_reported_as_one(vm: VM) -> None:
+    res = vm.run("echo before-hang; sleep 600", timeout=5)
+    assert res.returncode == HarnessCode.TIMEOUT, res.output
+    assert res.message is not None and "timed out" in res.message
+    assert "before-hang" in res.output  # streamed before the hang
+    assert res.boot_s is not None and res.wall_s < res.boot_s + 5 + 60
+
+
+@pytest.mark.vm
+def test_guest_systemd_boot(vm: VM) -> None:
+    res = vm.run(
+        "cat /proc/1/comm; test -d /run/systemd/system && echo sd-dir;"
+        " systemctl show -p ActiveState --value multi-user.target; id -u tester",
+        systemd=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.output
+    lines = res.output.split()
+    assert lines[:3] == ["systemd", "sd-dir", "active"], res.output
+    assert int(lines[3]) > 0

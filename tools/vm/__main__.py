@@ -1,0 +1,3 @@
+from tools.vm.cli import main
+
+main()

@@ -1,0 +1,60 @@
+"""The Python API the tests use (through the `vm` fixture in tests/conftest.py)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools.vm import runner
+from tools.vm.rundisk import Copy
+
+
+@dataclass(frozen=True)
+class VMResult:
+    returncode: int  # the command's exit code, or a tools.vm.codes.HarnessCode
+    output: str  # the guest command's stdout and stderr, interleaved as written
+    results: Path  # host directory holding what the guest wrote under /results
+    wall_s: float
+    message: str | None = None  # harness failure (timeout, panic, ...); None when the command ran
+    boot_s: float | None = None  # QEMU start to command start
+    accel: str = "tcg"
+
+
+class VM:
+    """Runs each command in a fresh guest; the base image is never modified by a run."""
+
+    def __init__(self, results_dir: Callable[[], Path]) -> None:
+        self._results_dir = results_dir
+
+    def run(
+        self,
+        command: str,
+        *,
+        timeout: float = 300,
+        systemd: bool = False,
+        cpus: int = 2,
+        mem: str = "2G",
+        copy: Sequence[tuple[str, str]] = (),
+    ) -> VMResult:
+        results = self._results_dir()
+        spec = runner.RunSpec(
+            command=command,
+            timeout=timeout,
+            systemd=systemd,
+            cpus=cpus,
+            mem=mem,
+            copies=[Copy(Path(src), dst) for src, dst in copy],
+            results=results,
+        )
+        out = runner.run(spec, sink=io.BytesIO())
+        return VMResult(
+            returncode=out.returncode,
+            output=out.output.decode("utf-8", errors="replace"),
+            results=results,
+            wall_s=out.wall_s,
+            message=out.message,
+            boot_s=out.boot_s,
+            accel=out.accel,
+        )

@@ -1,0 +1,20 @@
+"""Where the harness keeps its files and which Debian it fetches from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scxctl import paths
+
+MIRROR = "http://deb.debian.org/debian"
+SUITE = "trixie"
+KERNEL_SUITES = ("trixie-backports", "trixie")  # searched in this order of preference
+KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
+KERNEL_FLAVOUR = "cloud-amd64"
+
+CHECKOUT = Path(__file__).resolve().parents[2]  # the working tree whose code goes into the guest
+
+
+def cache_dir() -> Path:
+    """`.cache/vm/` in the checkout, or $SCXCTL_VM_CACHE."""
+    return paths.vm_cache_dir(CHECKOUT)

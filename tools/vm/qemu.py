@@ -1,0 +1,79 @@
+"""The QEMU command line for one guest boot (pure: no process is started here)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools.vm.codes import VMError
+from tools.vm.image import ROOT_PARTUUID
+
+QEMU = "qemu-system-x86_64"
+INIT = "/usr/local/sbin/scxvm-boot"
+
+
+@dataclass(frozen=True)
+class Machine:
+    kernel: Path
+    root_image: Path
+    run_image: Path
+    console_log: Path  # ttyS0: kernel messages, panics
+    ctl_log: Path  # virtio port scxvm.ctl: start/exit markers
+    out_log: Path  # virtio port scxvm.out: the command's stdout+stderr
+    accel: str = "tcg"  # "kvm" or "tcg"
+    cpus: int = 2
+    mem: str = "2G"
+    systemd: bool = False
+
+
+def qemu_binary() -> str:
+    path = shutil.which(QEMU)
+    if path is None:
+        raise VMError(f"{QEMU} not found", hint="install qemu-system-x86 (scripts/install.sh)")
+    return path
+
+
+def kernel_cmdline(systemd: bool) -> str:
+    args = [
+        f"root=PARTUUID={ROOT_PARTUUID}", "rw", "rootfstype=ext4", "rootwait=30",
+        "console=ttyS0", "loglevel=4", "quiet", "panic=-1", "mitigations=off",
+    ]  # fmt: skip
+    if systemd:
+        args += ["scxvm.mode=systemd", "systemd.show_status=false"]
+    else:
+        args.append(f"init={INIT}")
+    extra = os.environ.get("SCXCTL_VM_KERNEL_ARGS", "").split()  # debugging, e.g. "loglevel=7"
+    if extra:
+        args = [a for a in args if a != "quiet"] + extra
+    return " ".join(args)
+
+
+def accel_args(accel: str) -> list[str]:
+    if accel == "kvm":
+        return ["-accel", "kvm", "-cpu", "host"]
+    return ["-accel", "tcg,thread=multi", "-cpu", "max"]
+
+
+def argv(m: Machine, binary: str = QEMU) -> list[str]:
+    def port(name: str, log: Path) -> list[str]:
+        cid = name.replace(".", "_")
+        return [
+            "-chardev", f"file,id={cid},path={log}",
+            "-device", f"virtserialport,bus=vser0.0,chardev={cid},name={name}",
+        ]  # fmt: skip
+
+    return [
+        binary, "-name", "scxvm", "-machine", "q35", *accel_args(m.accel),
+        "-smp", str(m.cpus), "-m", m.mem,
+        "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+        "-kernel", str(m.kernel), "-append", kernel_cmdline(m.systemd),
+        "-drive", f"file={m.root_image},if=none,id=root,format=raw,snapshot=on",
+        "-device", "nvme,drive=root,serial=scxvmroot",
+        "-drive", f"file={m.run_image},if=none,id=run,format=raw",
+        "-device", "nvme,drive=run,serial=scxvmrun",
+        "-chardev", f"file,id=con,path={m.console_log}", "-serial", "chardev:con",
+        "-device", "virtio-serial-pci,id=vser0",
+        *port("scxvm.ctl", m.ctl_log), *port("scxvm.out", m.out_log),
+    ]  # fmt: skip

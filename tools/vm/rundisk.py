@@ -1,0 +1,127 @@
+"""The per-run disk: the working tree, --copy files, the command and the guest script.
+
+Built fresh for every run with `mkfs.ext4 -d` from a staging directory and attached as a second
+NVMe drive (label scxvm-run). The guest writes /results and its exit code onto it; after QEMU
+exits they are read back with e2fsck + debugfs, without mounting anything on the host.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from tools.vm import config
+from tools.vm.codes import VMError
+
+LABEL = "scxvm-run"
+GUEST_SCRIPT = Path(__file__).resolve().parent / "guest" / "guest.sh"
+# what of the working tree goes into the guest's /opt/scxctl (bpf/ with its build/ objects)
+PROJECT_ITEMS = ("scxctl", "bpf", "tests", "benchmarks", "packaging", "pyproject.toml", "README.md")
+_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache", "*.egg-info")
+RESULTS_SPACE = 1024 * 1024 * 1024  # free space for /results (the image file is sparse)
+
+
+@dataclass(frozen=True)
+class Copy:
+    src: Path
+    dst: str  # absolute path in the guest
+
+    @classmethod
+    def parse(cls, spec: str) -> Copy:
+        """`SRC:DST`: SRC a host file or directory, DST an absolute guest path."""
+        src, sep, dst = spec.partition(":")
+        if not sep or not src or not dst:
+            raise ValueError(f"--copy wants SRC:DST, got {spec!r}")
+        if not dst.startswith("/"):
+            raise ValueError(f"--copy destination must be an absolute guest path, got {dst!r}")
+        if "\t" in dst or "\n" in dst:
+            raise ValueError(f"--copy destination contains a tab or newline: {dst!r}")
+        return cls(Path(src), dst)
+
+
+def stage(
+    staging: Path,
+    command: str,
+    copies: list[Copy],
+    lib_modules: Path | None,
+    checkout: Path = config.CHECKOUT,
+) -> str:
+    """Fill `staging` with what the run disk holds; returns the run's nonce."""
+    staging.mkdir(parents=True, exist_ok=True)
+    nonce = secrets.token_hex(8)
+    (staging / "nonce").write_text(nonce + "\n")
+    (staging / "cmd").write_text(command)
+    shutil.copyfile(GUEST_SCRIPT, staging / "guest.sh")
+    project = staging / "project"
+    project.mkdir()
+    for item in PROJECT_ITEMS:
+        src = checkout / item
+        if src.is_dir():
+            shutil.copytree(src, project / item, ignore=_IGNORE, symlinks=True)
+        elif src.is_file():
+            shutil.copy2(src, project / item)
+    if lib_modules is not None:
+        shutil.copytree(lib_modules, staging / "kernel")
+    lines = []
+    for i, c in enumerate(copies):
+        if not c.src.exists():
+            raise VMError(f"--copy source does not exist: {c.src}")
+        dest = staging / "copies" / str(i)
+        dest.parent.mkdir(exist_ok=True)
+        if c.src.is_dir():
+            shutil.copytree(c.src, dest, symlinks=True)
+        else:
+            shutil.copy2(c.src, dest)
+        lines.append(f"{i}\t{c.dst}\n")
+    (staging / "copies.tsv").write_text("".join(lines))
+    (staging / "results").mkdir()
+    return nonce
+
+
+def _tree_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def make(staging: Path, img: Path) -> None:
+    size = _tree_bytes(staging) * 2 + RESULTS_SPACE
+    size = (size // (4 * 1024 * 1024) + 1) * 4 * 1024 * 1024
+    with open(img, "wb") as f:
+        f.truncate(size)
+    proc = subprocess.run(
+        ["mkfs.ext4", "-q", "-F", "-L", LABEL, "-d", str(staging), str(img)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise VMError(f"mkfs.ext4 (run disk) failed: {proc.stderr.strip()}")
+
+
+def _fsck(img: Path) -> None:
+    """Replay the journal if the guest did not unmount cleanly; debugfs does not replay it."""
+    subprocess.run(["e2fsck", "-fy", str(img)], capture_output=True, check=False)
+
+
+def read_exitcode(img: Path) -> int | None:
+    _fsck(img)
+    cmd = ["debugfs", "-R", "cat /exitcode", str(img)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    try:
+        return int(proc.stdout.strip())
+    except ValueError:
+        return None
+
+
+def fetch_results(img: Path, dest: Path, scratch: Path) -> None:
+    """Copy the guest's /results (the run disk's results/) into `dest`."""
+    _fsck(img)
+    scratch.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        ["debugfs", "-R", f"rdump /results {scratch}", str(img)], capture_output=True, text=True, check=False
+    )
+    got = scratch / "results"
+    if proc.returncode != 0 or not got.is_dir():
+        raise VMError(f"cannot read /results back from the run disk: {proc.stderr.strip()[-300:]}")
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(got, dest, dirs_exist_ok=True, symlinks=True)

@@ -1,0 +1,249 @@
+"""One guest run: build the run disk, boot QEMU, stream the command's output, map the outcome.
+
+The guest reports over the virtio port scxvm.ctl (see guest/guest.sh); the kernel console (ttyS0)
+is only watched for panics and kept for diagnostics. Outcome -> exit code:
+the command's own code, or HarnessCode.TIMEOUT / PANIC / NO_COMMAND / SETUP (tools.vm.codes).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from scxctl.log import get_logger
+from tools.vm import accel, config, image, kernel, qemu, rundisk
+from tools.vm.codes import HarnessCode, VMError
+
+log = get_logger("tools.vm.run")
+
+POLL_S = 0.05
+SHUTDOWN_GRACE_S = 30.0
+_PANIC_RE = re.compile(r"Kernel panic - not syncing:?[^\n]*")
+
+
+@dataclass
+class RunSpec:
+    command: str
+    timeout: float = 300.0  # for the command, from the moment the guest starts it
+    boot_timeout: float | None = None  # boot to command; None: 60 s under KVM, 300 s under TCG
+    systemd: bool = False
+    cpus: int = 2
+    mem: str = "2G"
+    copies: list[rundisk.Copy] = field(default_factory=list)
+    results: Path | None = None
+    keep: bool = False  # keep the work dir (logs, run disk) for debugging
+
+
+@dataclass
+class Outcome:
+    returncode: int
+    output: bytes
+    message: str | None  # why the harness failed, None when the command ran to its end
+    accel: str
+    boot_s: float | None  # QEMU start to the command start
+    wall_s: float  # the whole run, disk building and result fetching included
+    console: str
+    workdir: Path | None = None
+
+
+@dataclass
+class _Watch:
+    """What the host has seen of the guest so far (pure state, fed by the poll loop)."""
+
+    nonce: str
+    started_at: float | None = None
+    exit_code: int | None = None
+    error: str | None = None
+    panic: str | None = None
+    _ctl_buf: str = ""
+
+    def feed_ctl(self, text: str, now: float) -> None:
+        self._ctl_buf += text
+        *lines, self._ctl_buf = self._ctl_buf.split("\n")
+        prefix = f"SCXVM:{self.nonce}:"
+        for line in lines:
+            line = line.strip()
+            if not line.startswith(prefix):
+                continue
+            what = line[len(prefix):]
+            if what == "start":
+                self.started_at = now
+            elif what.startswith("exit="):
+                try:
+                    self.exit_code = int(what[5:])
+                except ValueError:
+                    self.error = f"bad exit marker {line!r}"
+            elif what.startswith("error="):
+                self.error = what[6:]
+
+    def feed_console(self, console_tail: str) -> None:
+        if self.panic is None and (m := _PANIC_RE.search(console_tail)):
+            self.panic = m.group(0).strip()
+
+
+def classify(w: _Watch, timed_out: str | None) -> tuple[int, str | None]:
+    """Map what was seen to (exit code, harness message); message None means a normal exit."""
+    if w.panic is not None:
+        return HarnessCode.PANIC, f"guest kernel panic: {w.panic}"
+    if timed_out == "command":
+        return HarnessCode.TIMEOUT, "guest command timed out"
+    if w.exit_code is not None:
+        return w.exit_code, None
+    if w.error is not None:
+        return HarnessCode.NO_COMMAND, f"guest could not set up the command: {w.error}"
+    if timed_out == "boot":
+        return HarnessCode.NO_COMMAND, "guest never reached the command (boot timeout)"
+    if w.started_at is None:
+        return HarnessCode.NO_COMMAND, "guest never reached the command (QEMU exited during boot)"
+    return HarnessCode.NO_COMMAND, "guest stopped before the command finished (no exit status)"
+
+
+class _Tail:
+    """Reads what was appended to a file since the last call (through one open file handle)."""
+
+    def __init__(self, path: Path) -> None:
+        self._f = open(path, "rb")  # noqa: SIM115 -- lives as long as the run; close() below
+
+    def read(self) -> bytes:
+        return self._f.read()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def _prepare() -> tuple[kernel.KernelInfo, Path, str]:
+    binary = qemu.qemu_binary()
+    info = kernel.current() or kernel.prepare()
+    img = image.current() or image.build()
+    return info, img, binary
+
+
+def run(spec: RunSpec, sink: BinaryIO | None = None) -> Outcome:
+    """Boot, run spec.command, stream its output to `sink` (stdout by default), return the outcome."""
+    t0 = time.monotonic()
+    sink = sink if sink is not None else sys.stdout.buffer
+    info, root_img, binary = _prepare()
+    verdict = accel.choose(binary, kernel.vmlinuz(info))
+    acc = "kvm" if verdict.kvm else "tcg"
+    boot_timeout = spec.boot_timeout or (60.0 if acc == "kvm" else 300.0)
+    runs = config.cache_dir() / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=runs, prefix="run-"))
+    try:
+        nonce = rundisk.stage(work / "stage", spec.command, spec.copies, kernel.lib_modules_dir(info))
+        run_img = work / "run.img"
+        rundisk.make(work / "stage", run_img)
+        shutil.rmtree(work / "stage")
+        m = qemu.Machine(
+            kernel=kernel.vmlinuz(info), root_image=root_img, run_image=run_img,
+            console_log=work / "console.log", ctl_log=work / "ctl.log", out_log=work / "out.log",
+            accel=acc, cpus=spec.cpus, mem=spec.mem, systemd=spec.systemd,
+        )  # fmt: skip
+        for p in (m.console_log, m.ctl_log, m.out_log):
+            p.touch()
+        log.info("booting guest", accel=acc, cpus=spec.cpus, mem=spec.mem, systemd=spec.systemd,
+                 kernel=info.release)
+        # One guest at a time per cache: TCG guests competing for 2 host cores each run so slowly that
+        # boot and command timeouts become meaningless. Timeouts start once the lock is held.
+        with open(config.cache_dir() / "qemu.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            outcome = _boot(m, binary, nonce, spec, boot_timeout, sink, work, t0)
+        if spec.results is not None and outcome.returncode not in (HarnessCode.NO_COMMAND,):
+            try:
+                rundisk.fetch_results(run_img, spec.results, work / "fetched")
+            except VMError as exc:
+                log.warning("results not fetched", error=str(exc))
+        outcome.wall_s = time.monotonic() - t0
+        return outcome
+    finally:
+        if spec.keep:
+            log.info("kept the run directory", path=str(work))
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _boot(
+    m: qemu.Machine, binary: str, nonce: str, spec: RunSpec, boot_timeout: float, sink: BinaryIO,
+    work: Path, t0: float,
+) -> Outcome:  # fmt: skip
+    out, ctl, con = _Tail(m.out_log), _Tail(m.ctl_log), _Tail(m.console_log)
+    watch = _Watch(nonce)
+    console = ""
+    output = bytearray()
+    qemu_err = open(work / "qemu.stderr", "wb")  # noqa: SIM115 -- closed below, after the process
+    started = time.monotonic()
+    proc = subprocess.Popen(qemu.argv(m, binary), stdin=subprocess.DEVNULL, stdout=qemu_err, stderr=qemu_err)
+    timed_out: str | None = None
+    finished_at: float | None = None
+    try:
+        while True:
+            exited = proc.poll() is not None
+            now = time.monotonic()
+            data = out.read()
+            if data:
+                output += data
+                sink.write(data)
+                sink.flush()
+            watch.feed_ctl(ctl.read().decode(errors="replace"), now)
+            new = con.read().decode(errors="replace")
+            if new:
+                console += new
+                watch.feed_console(console[-(len(new) + 200):])
+            if exited or watch.panic is not None:
+                break
+            if watch.exit_code is not None or watch.error is not None:
+                finished_at = finished_at or now
+                if now - finished_at > SHUTDOWN_GRACE_S:
+                    log.warning("guest did not power off after the command; killing QEMU")
+                    break
+            elif watch.started_at is None and now - started > boot_timeout:
+                timed_out = "boot"
+                break
+            elif watch.started_at is not None and now - watch.started_at > spec.timeout:
+                timed_out = "command"
+                break
+            time.sleep(POLL_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        qemu_err.close()
+    data = out.read()  # whatever arrived between the last poll and the end
+    if data:
+        output += data
+        sink.write(data)
+        sink.flush()
+    for tail in (out, ctl, con):
+        tail.close()
+    code, message = classify(watch, timed_out)
+    if message is None and watch.exit_code is None:
+        disk_code = rundisk.read_exitcode(m.run_image)
+        code = disk_code if disk_code is not None else code
+    if message is not None:
+        detail = (work / "qemu.stderr").read_text(errors="replace").strip()
+        if code == HarnessCode.TIMEOUT:
+            message += f" after {spec.timeout:g} s"
+        elif code == HarnessCode.NO_COMMAND and timed_out == "boot":
+            message += f" after {boot_timeout:g} s"
+        if code != HarnessCode.TIMEOUT:
+            tail = "\n".join(console.strip().splitlines()[-15:])
+            log.error("guest console (last lines)", console=tail, qemu_stderr=detail[-500:])
+    boot_s = (watch.started_at - started) if watch.started_at is not None else None
+    log.info(
+        "guest finished", code=int(code), boot_s=_r(boot_s), command_s=_r(finished_at, watch.started_at),
+        qemu_s=_r(time.monotonic() - started),
+    )  # fmt: skip
+    return Outcome(int(code), bytes(output), message, m.accel, boot_s, time.monotonic() - t0, console,
+                   work if spec.keep else None)
+
+
+def _r(a: float | None, b: float | None = 0.0) -> float | None:
+    return None if a is None or b is None else round(a - b, 1)
