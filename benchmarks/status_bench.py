@@ -33,12 +33,21 @@ def _private_daemon(tmp: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]
     scx = tmp / "sysroot/sys/kernel/sched_ext"
     scx.mkdir(parents=True)
     (scx / "state").write_text("disabled\n")
-    env = {**os.environ, "SCXCTL_SYSROOT": str(tmp / "sysroot"), "SCXCTL_CONFIG": str(tmp / "config.toml"),
-           "SCXCTL_STATE_DIR": str(tmp / "state"), "SCXCTL_LOG_DIR": str(tmp / "log"),
-           "SCXCTL_RUNTIME_DIR": str(tmp / "run")}
+    env = {
+        **os.environ,
+        "SCXCTL_SYSROOT": str(tmp / "sysroot"),
+        "SCXCTL_CONFIG": str(tmp / "config.toml"),
+        "SCXCTL_STATE_DIR": str(tmp / "state"),
+        "SCXCTL_LOG_DIR": str(tmp / "log"),
+        "SCXCTL_RUNTIME_DIR": str(tmp / "run"),
+    }
     env.pop("NOTIFY_SOCKET", None)
-    proc = subprocess.Popen([sys.executable, "-m", "scxctl", "daemon"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scxctl", "daemon"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while not (tmp / "run/control.sock").exists():
         if time.monotonic() > deadline or proc.poll() is not None:
@@ -64,8 +73,10 @@ def main() -> int:
                 "scxctl status": [sys.executable, "-m", "scxctl", "status"],
                 "scxctl status --json": [sys.executable, "-m", "scxctl", "status", "--json"],
             }
-            samples: dict[str, list[float]] = {name: [] for name in [*commands, "socket round trip (in-process)"]}
-            for name, argv in commands.items():  # warm the page cache once
+            samples: dict[str, list[float]] = {
+                name: [] for name in [*commands, "socket round trip (in-process)"]
+            }
+            for argv in commands.values():  # warm the page cache once
                 _timed(argv, env)
             for _ in range(args.n):
                 for name, argv in commands.items():
@@ -86,8 +97,10 @@ def main() -> int:
         print(f"{name:34} {med:10.1f} {p90:8.1f} {med / base:18.2f}")
     status = statistics.median(samples["scxctl status"])
     verdict = "meets" if status < TARGET_MS else "misses"
-    print(f"scxctl status median {status:.1f} ms {verdict} the {TARGET_MS:.0f} ms target "
-          f"({args.n} rounds, load average {os.getloadavg()[0]:.2f})")
+    print(
+        f"scxctl status median {status:.1f} ms {verdict} the {TARGET_MS:.0f} ms target "
+        f"({args.n} rounds, load average {os.getloadavg()[0]:.2f})"
+    )
     return 0
 
 

@@ -91,10 +91,13 @@ def global_options(ctx: typer.Context) -> GlobalOptions:
 
 
 # Each command module registers itself; keep this list in help order.
-from scxctl.commands import bench  # noqa: E402
-from scxctl.commands import doctor  # noqa: E402
+from scxctl.commands import (  # noqa: E402
+    bench,
+    doctor,
+    lifecycle,
+    logs,
+)
 from scxctl.commands import daemon as daemon_cmd  # noqa: E402
-from scxctl.commands import lifecycle, logs  # noqa: E402
 from scxctl.commands import run as run_cmd  # noqa: E402
 
 doctor.register(app)

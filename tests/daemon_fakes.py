@@ -43,8 +43,8 @@ STANDIN = textwrap.dedent('''
 
     def on_term(signum, frame):
         detach()
-        print(json.dumps({"event": "detached", "exit_kind": "UNREG", "reason": "unregistered from user space"}),
-              file=sys.stderr, flush=True)
+        print(json.dumps({"event": "detached", "exit_kind": "UNREG",
+                          "reason": "unregistered from user space"}), file=sys.stderr, flush=True)
         sys.exit(0)
 
     print("standin starting", ops, behaviour, flush=True)
@@ -147,14 +147,25 @@ def _alive(pid: int) -> bool:
 
 
 def fake_config(tmp: Path, standin: Path, group: str = "nogroup", **limits: Any) -> str:
-    lim = {"verify_timeout_s": 2, "stop_timeout_s": 1, "backoff_initial_s": 0.2, "backoff_max_s": 0.8,
-           "max_failures": 4, "failure_window_s": 30, "monitor_interval_s": 0.2, **limits}
+    lim = {
+        "verify_timeout_s": 2,
+        "stop_timeout_s": 1,
+        "backoff_initial_s": 0.2,
+        "backoff_max_s": 0.8,
+        "max_failures": 4,
+        "failure_window_s": 30,
+        "monitor_interval_s": 0.2,
+        **limits,
+    }
     py = json.dumps(sys.executable)
     sp = json.dumps(str(standin))
     out = [f'group = "{group}"', 'default_scheduler = "fake"', "[supervisor]"]
     out += [f"{k} = {v}" for k, v in lim.items()]
     schedulers = {
-        "fake": ("fake", {"auto": ["ok"], "gaming": ["ok", "0", "gaming"], "powersave": ["ok", "0", "powersave"]}),
+        "fake": (
+            "fake",
+            {"auto": ["ok"], "gaming": ["ok", "0", "gaming"], "powersave": ["ok", "0", "powersave"]},
+        ),
         "crashy": ("crashy", {"auto": ["crash-after", "0.3"]}),
         "hangy": ("hangy", {"auto": ["hang-on-stop"]}),
         "mute": ("mute", {"auto": ["never-switch"]}),
@@ -201,13 +212,22 @@ class DaemonEnv:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def apply_env(self, monkeypatch: Any) -> None:
-        for key in ("SCXCTL_SYSROOT", "SCXCTL_CONFIG", "SCXCTL_STATE_DIR", "SCXCTL_LOG_DIR", "SCXCTL_RUNTIME_DIR"):
+        for key in (
+            "SCXCTL_SYSROOT",
+            "SCXCTL_CONFIG",
+            "SCXCTL_STATE_DIR",
+            "SCXCTL_LOG_DIR",
+            "SCXCTL_RUNTIME_DIR",
+        ):
             monkeypatch.setenv(key, self.env[key])
 
     def start(self, wait: bool = True, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "scxctl", "daemon"], cwd=REPO, env={**self.env, **(extra_env or {})},
-            stdout=open(self.tmp / "daemon.stdout", "ab"), stderr=subprocess.STDOUT,  # noqa: SIM115
+            [sys.executable, "-m", "scxctl", "daemon"],
+            cwd=REPO,
+            env={**self.env, **(extra_env or {})},
+            stdout=open(self.tmp / "daemon.stdout", "ab"),  # noqa: SIM115 - the child owns it
+            stderr=subprocess.STDOUT,
         )
         if wait:
             self.wait_for(lambda: self.socket.exists() and self.request("ping")["ok"], 15, "daemon socket")

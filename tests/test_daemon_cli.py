@@ -21,8 +21,14 @@ from scxctl.daemon import notify
 
 
 def scx(env: DaemonEnv, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "scxctl", *args], env=env.env, cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "scxctl", *args],
+        env=env.env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +50,10 @@ def test_status_json_and_text(d: DaemonEnv) -> None:
 def test_enable_switch_disable_and_errors(d: DaemonEnv) -> None:
     bad = scx(d, "enable", "scx_nope")
     assert bad.returncode == 2
-    assert bad.stderr.splitlines()[0] == "scxctl: error: unknown scheduler 'scx_nope' (configured: pyland, " \
+    assert (
+        bad.stderr.splitlines()[0] == "scxctl: error: unknown scheduler 'scx_nope' (configured: pyland, "
         "crashy, ejecty, fake, hangy, mute, silent)"
+    )
     assert scx(d, "enable", "fake", "--mode", "turbo").returncode == 2  # typer's own choice check
     assert scx(d, "switch", "--mode", "gaming").returncode == 2  # nothing enabled yet
     ok = scx(d, "enable", "fake")
@@ -149,13 +157,19 @@ def test_notify_abstract_address_and_watchdog_pid(monkeypatch: pytest.MonkeyPatc
 
 def test_tail_and_format(tmp_path: Path) -> None:
     log = tmp_path / "d.log"
-    log.write_text("".join(json.dumps({"event": f"e{i}", "level": "info", "pid": i}) + "\n" for i in range(5000)))
+    log.write_text(
+        "".join(json.dumps({"event": f"e{i}", "level": "info", "pid": i}) + "\n" for i in range(5000))
+    )
     tail, ino, end = tail_lines(log, 3, block=100)
     assert (ino, end) == (log.stat().st_ino, log.stat().st_size)
     assert [json.loads(x)["event"] for x in tail] == ["e4997", "e4998", "e4999"]
-    assert format_line('{"timestamp": "2026-01-02T03:04:05.678Z", "level": "error", "event": "x", '
-                       '"scheduler": "pyland", "pid": 7, "reason": "boom", "zz": [1]}') == \
-        '2026-01-02 03:04:05.678 error    x scheduler="pyland" pid=7 reason="boom" zz=[1]'
+    assert (
+        format_line(
+            '{"timestamp": "2026-01-02T03:04:05.678Z", "level": "error", "event": "x", '
+            '"scheduler": "pyland", "pid": 7, "reason": "boom", "zz": [1]}'
+        )
+        == '2026-01-02 03:04:05.678 error    x scheduler="pyland" pid=7 reason="boom" zz=[1]'
+    )
     assert format_line("not json") == "not json"
 
 
@@ -166,8 +180,9 @@ def test_logs_follow_survives_rotation(tmp_path: Path) -> None:
     logdir.mkdir()
     env = {**os.environ, "SCXCTL_LOG_DIR": str(logdir), "PYTHONPATH": str(REPO)}
     (logdir / "daemon.log").write_text(json.dumps({"event": "before", "level": "info"}) + "\n")
-    proc = subprocess.Popen([sys.executable, "-m", "scxctl", "logs", "-f", "-n", "5"], env=env,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scxctl", "logs", "-f", "-n", "5"], env=env, stdout=subprocess.PIPE, text=True
+    )
     seen: list[str] = []
     reader = threading.Thread(target=lambda: seen.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
     reader.start()

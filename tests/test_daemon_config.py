@@ -38,7 +38,11 @@ def test_good_config(tmp_path: Path) -> None:
     path.write_text(GOOD)
     cfg = load_config(path)
     assert (cfg.default_scheduler, cfg.default_mode, cfg.restore_on_boot, cfg.group) == (
-        "scx_bpfland", Mode.gaming, False, "wheel")
+        "scx_bpfland",
+        Mode.gaming,
+        False,
+        "wheel",
+    )
     assert cfg.limits.max_failures == 3 and cfg.limits.backoff_max_s == 10 and cfg.limits.stop_timeout_s == 5
     ext = cfg.schedulers["scx_bpfland"]
     assert ext.argv(Mode.gaming) == ["/usr/bin/scx_bpfland", "-m", "performance"]
@@ -51,19 +55,25 @@ def test_missing_file_gives_defaults(tmp_path: Path) -> None:
     assert load_config(tmp_path / "absent.toml") == DaemonConfig()
 
 
-@pytest.mark.parametrize(("text", "needle"), [
-    ("x = 1", "unknown key(s) x"),
-    ("[supervisor]\nmax_failures = 0", "must be > 0"),
-    ("[supervisor]\nmax_failures = true", "got a boolean"),
-    ("default_mode = 'turbo'", "'turbo' is not one of auto"),
-    ("default_scheduler = 'scx_nope'", "neither pyland nor in [schedulers]"),
-    ("[schedulers.scx_a]\ncommand = 'scx_a'", "must be an absolute path"),
-    ("[schedulers.scx_a]\nops = 'a'", "`command` is required"),
-    ("[schedulers.scx_a]\ncommand = '/bin/a'\nstop_signal = 'SIGFOO'", "expected a signal name"),
-    ("[schedulers.scx_a]\ncommand = '/bin/a'\n[schedulers.scx_a.modes]\nturbo = []", "unknown key(s) turbo"),
-    ("[schedulers.pyland]\ncommand = '/bin/a'", "invalid scheduler name"),
-    ("not toml at all [", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("x = 1", "unknown key(s) x"),
+        ("[supervisor]\nmax_failures = 0", "must be > 0"),
+        ("[supervisor]\nmax_failures = true", "got a boolean"),
+        ("default_mode = 'turbo'", "'turbo' is not one of auto"),
+        ("default_scheduler = 'scx_nope'", "neither pyland nor in [schedulers]"),
+        ("[schedulers.scx_a]\ncommand = 'scx_a'", "must be an absolute path"),
+        ("[schedulers.scx_a]\nops = 'a'", "`command` is required"),
+        ("[schedulers.scx_a]\ncommand = '/bin/a'\nstop_signal = 'SIGFOO'", "expected a signal name"),
+        (
+            "[schedulers.scx_a]\ncommand = '/bin/a'\n[schedulers.scx_a.modes]\nturbo = []",
+            "unknown key(s) turbo",
+        ),
+        ("[schedulers.pyland]\ncommand = '/bin/a'", "invalid scheduler name"),
+        ("not toml at all [", "not valid TOML"),
+    ],
+)
 def test_bad_configs_are_rejected_with_a_clear_message(tmp_path: Path, text: str, needle: str) -> None:
     path = tmp_path / "c.toml"
     path.write_text(text)

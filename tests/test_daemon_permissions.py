@@ -87,9 +87,22 @@ def test_group_member_may_not_pass_a_policy_file(d: DaemonEnv) -> None:
 def test_cli_as_outsider_prints_one_line_and_exits_3(d: DaemonEnv) -> None:
     env = {**d.env, "PYTHONDONTWRITEBYTECODE": "1"}
     done = subprocess.run(
-        ["setpriv", f"--reuid={NOBODY}", f"--regid={OTHER_GID}", "--clear-groups",
-         str(REPO / ".venv/bin/python"), "-m", "scxctl", "enable", "fake"],
-        env=env, cwd="/", capture_output=True, text=True, timeout=60,
+        [
+            "setpriv",
+            f"--reuid={NOBODY}",
+            f"--regid={OTHER_GID}",
+            "--clear-groups",
+            str(REPO / ".venv/bin/python"),
+            "-m",
+            "scxctl",
+            "enable",
+            "fake",
+        ],
+        env=env,
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 3, done.stderr
     assert done.stderr.startswith("scxctl: error: enable needs root or membership of the 'nogroup' group")

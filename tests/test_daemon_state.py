@@ -37,8 +37,17 @@ def test_round_trip(tmp_path: Path) -> None:
     assert json.loads(path.read_text())["version"] == 1
 
 
-@pytest.mark.parametrize("raw", [b"", b"{", b"[]", b'{"version": 1, "enabled": "yes"}',
-                                 b'{"version": 1, "enabled": true}', b'{"version": 2}'])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"{",
+        b"[]",
+        b'{"version": 1, "enabled": "yes"}',
+        b'{"version": 1, "enabled": true}',
+        b'{"version": 2}',
+    ],
+)
 def test_bad_files_raise_state_error_naming_the_file(tmp_path: Path, raw: bytes) -> None:
     path = tmp_path / "state.json"
     path.write_bytes(raw)

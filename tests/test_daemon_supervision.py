@@ -37,6 +37,13 @@ def test_enable_verifies_kernel_and_reports_reality(d: DaemonEnv) -> None:
     assert enabled and enabled[-1]["pid"] == pid and enabled[-1]["reason"] == "verified"
 
 
+def test_enable_twice_keeps_the_running_child(d: DaemonEnv) -> None:
+    assert d.request("enable", {"scheduler": "fake"})["ok"]
+    pid = d.status()["supervisor"]["pid"]
+    again = d.request("enable", {"scheduler": "fake"})
+    assert again["ok"] and again["result"]["supervisor"]["pid"] == pid and len(d.standin_starts()) == 1
+
+
 def test_switch_mode_restarts_with_that_modes_arguments(d: DaemonEnv) -> None:
     assert d.request("enable", {"scheduler": "fake"})["ok"]
     first = d.status()["supervisor"]["pid"]
@@ -54,7 +61,9 @@ def test_switch_mode_restarts_with_that_modes_arguments(d: DaemonEnv) -> None:
 def test_crash_is_logged_with_reason_and_restarted_with_backoff(d: DaemonEnv) -> None:
     reply = d.request("enable", {"scheduler": "crashy"})
     assert reply["ok"], reply
-    d.wait_for(lambda: len(d.standin_starts()) >= 3 and len(d.events("scheduler_exited")) >= 2, 20, "2 restarts")
+    d.wait_for(
+        lambda: len(d.standin_starts()) >= 3 and len(d.events("scheduler_exited")) >= 2, 20, "2 restarts"
+    )
     exits = d.events("scheduler_exited")
     assert exits[0]["exit_kind"] == "crashed" and exits[0]["returncode"] == 3
     assert exits[0]["message"] == "RuntimeError: boom in the policy"
@@ -153,6 +162,7 @@ def test_sigterm_stops_child_and_exits_zero_and_restart_restores(d: DaemonEnv) -
     d.wait_for(lambda: d.status()["kernel"]["owner"] == "scxctl", 10, "restore")
     st = d.status()
     assert (st["supervisor"]["scheduler"], st["supervisor"]["mode"]) == ("fake", "powersave")
+    d.wait_for(lambda: d.events("restored"), 10, "the restored event")  # logged just after the switch
     assert d.events("restored")[0]["scheduler"] == "fake"
 
 
@@ -166,7 +176,9 @@ def test_disable_is_persisted_across_restart(d: DaemonEnv) -> None:
     assert len(d.standin_starts()) == 1
 
 
-@pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe", b'{"version": 99}', b'{"version": 1, "enabled": 1}'])
+@pytest.mark.parametrize(
+    "content", [b"{not json", b"\xff\xfe", b'{"version": 99}', b'{"version": 1, "enabled": 1}']
+)
 def test_corrupt_state_file_gives_safe_state(tmp_path: Path, content: bytes) -> None:
     with daemon_env(tmp_path) as env:
         env.state_file.parent.mkdir(parents=True)
@@ -175,16 +187,20 @@ def test_corrupt_state_file_gives_safe_state(tmp_path: Path, content: bytes) -> 
         st = env.status()
         assert st["daemon"]["state_error"] and st["supervisor"]["phase"] == "idle"
         assert env.events("state_invalid")[0]["level"] == "error"
-        assert list(env.state_file.parent.glob("state.json.corrupt-*"))[0].read_bytes() == content
+        assert next(iter(env.state_file.parent.glob("state.json.corrupt-*"))).read_bytes() == content
         assert env.request("enable", {"scheduler": "fake"})["ok"]  # and it still works
 
 
-@pytest.mark.parametrize("text", ["default_mode = 'turbo'\n", "[[[\n", "bogus_key = 1\n",
-                                  "[schedulers.x]\ncommand = 'relative/path'\n"])
+@pytest.mark.parametrize(
+    "text",
+    ["default_mode = 'turbo'\n", "[[[\n", "bogus_key = 1\n", "[schedulers.x]\ncommand = 'relative/path'\n"],
+)
 def test_corrupt_config_gives_safe_state_not_a_crash_loop(tmp_path: Path, text: str) -> None:
     with daemon_env(tmp_path) as env:
         env.state_file.parent.mkdir(parents=True)
-        env.state_file.write_text(json.dumps({"version": 1, "enabled": True, "scheduler": "fake", "mode": "auto"}))
+        env.state_file.write_text(
+            json.dumps({"version": 1, "enabled": True, "scheduler": "fake", "mode": "auto"})
+        )
         env.config.write_text(text)
         env.start()
         time.sleep(0.3)
@@ -200,8 +216,9 @@ def test_second_daemon_refuses_and_stale_socket_is_replaced(d: DaemonEnv) -> Non
     import subprocess
     import sys
 
-    second = subprocess.run([sys.executable, "-m", "scxctl", "daemon"], env=d.env, capture_output=True,
-                            text=True, timeout=30)
+    second = subprocess.run(
+        [sys.executable, "-m", "scxctl", "daemon"], env=d.env, capture_output=True, text=True, timeout=30
+    )
     assert second.returncode == 5 and "already answers" in second.stderr
     assert d.request("ping")["ok"]
     assert d.proc is not None

@@ -19,13 +19,15 @@ GUEST = r"""#!/bin/bash
 set -u
 R=/results
 now() { date +%s.%N; }
-kstate() { echo "$(cat /sys/kernel/sched_ext/state) $(cat /sys/kernel/sched_ext/root/ops 2>/dev/null || echo -)"; }
+S=/sys/kernel/sched_ext
+kstate() { echo "$(cat $S/state) $(cat $S/root/ops 2>/dev/null || echo -)"; }
 field() { python3 -c "import json,sys; d=json.load(open('$1')); print(eval('d' + sys.argv[1]))" "$2"; }
 # wait until the kernel runs pyland under a pid other than $1; prints the seconds it took
 wait_new_pyland() {
     local old=$1 t0 pid
     t0=$(now)
-    for _ in $(seq 1 600); do
+    local end=$((SECONDS + 300))
+    while [ $SECONDS -lt $end ]; do
         if [ "$(kstate)" = "enabled pyland" ]; then
             scxctl status --json >/tmp/st.json 2>/dev/null
             pid=$(field /tmp/st.json '["supervisor"]["pid"]')
@@ -44,6 +46,7 @@ systemd-analyze verify /etc/systemd/system/scxctl.service >$R/verify.txt 2>&1; e
 mkdir -p /etc/scxctl
 printf '[supervisor]\nverify_timeout_s = 120\nbackoff_initial_s = 1\n' >/etc/scxctl/config.toml
 groupadd -f scxctl
+[ -d /run/systemd/system ] || { echo "not booted with systemd" >$R/no_systemd; }
 systemctl daemon-reload
 systemctl start scxctl.service; echo $? >$R/unit_start.rc
 systemctl show scxctl.service -p ActiveState -p Type -p NotifyAccess -p WatchdogUSec -p StatusText \
@@ -89,10 +92,14 @@ echo done >$R/done
 def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     script = tmp_path_factory.mktemp("daemon-vm") / "daemon_vm.sh"
     script.write_text(GUEST)
-    res = vm.run("bash /root/daemon_vm.sh", systemd=True, timeout=1500, copy=[(str(script), "/root/daemon_vm.sh")])
+    res = vm.run(
+        "bash /root/daemon_vm.sh", systemd=True, timeout=1500, copy=[(str(script), "/root/daemon_vm.sh")]
+    )
     (res.results / "guest_output.txt").write_text(res.output)
     print(f"daemon VM run: rc={res.returncode} wall={res.wall_s:.1f}s results={res.results}")
-    assert (res.results / "done").exists(), f"guest script did not finish: {res.message}\n{res.output[-3000:]}"
+    assert (res.results / "done").exists(), (
+        f"guest script did not finish: {res.message}\n{res.output[-3000:]}"
+    )
     return res.results
 
 
@@ -105,7 +112,9 @@ def _json(results: Path, name: str) -> dict[str, Any]:
 
 
 def _events(results: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in (results / "daemon_log.jsonl").read_text().splitlines() if x.startswith("{")]
+    return [
+        json.loads(x) for x in (results / "daemon_log.jsonl").read_text().splitlines() if x.startswith("{")
+    ]
 
 
 def test_unit_verifies_and_starts_as_notify_service(guest: Path) -> None:
@@ -128,8 +137,10 @@ def test_enable_loads_pyland(guest: Path) -> None:
     assert _read(guest, "after_enable.txt") == "enabled pyland"
     st = _json(guest, "status_enabled.json")
     assert st["kernel"]["owner"] == "scxctl" and st["supervisor"]["phase"] == "running"
-    print(f"enable CLI wall {_read(guest, 'enable_cli_s.txt')}s, "
-          f"spawn->enabled {st['supervisor']['enable_latency_s']}s (TCG guest)")
+    print(
+        f"enable CLI wall {_read(guest, 'enable_cli_s.txt')}s, "
+        f"spawn->enabled {st['supervisor']['enable_latency_s']}s (TCG guest)"
+    )
 
 
 def test_switch_mode_changes_pyland_options(guest: Path) -> None:

@@ -165,9 +165,45 @@ def test_errno_mapping() -> None:
 
 
 def test_verifier_reason_skips_instructions_and_statistics() -> None:
-    tail = ("7: (15) if r0 == 0x0 goto pc+1\n8: (79) r6 = *(u64 *)(r0 +32)\n"
-            "bad access\nprocessed 8 insns (limit)\n")
-    assert L.verifier_reason(tail) == "bad access"
+    log = ("7: (15) if r0 == 0x0 goto pc+1\n8: (79) r6 = *(u64 *)(r0 +32)\n"
+           "bad access\nprocessed 8 insns (limit)\n")
+    assert L.verifier_reason(log) == "bad access"
+
+
+# the end of kernel 7.3's log for bad_oob.bpf.o (recorded in the VM guest): an extended diagnostic,
+# with its own instruction lines, follows the classic complaint after a blank line
+LOG_7X = """\
+7: (15) if r0 == 0x0 goto pc+1        ; R0=map_value(map=small,ks=4,vs=8)
+8: (79) r6 = *(u64 *)(r0 +32)
+invalid access to map value, value_size=8 off=32 size=8
+R0 min value is outside of the allowed memory range
+
+Verification failed: Memory Safety: Access outside bounds
+
+Reason:
+  The verifier cannot prove offset + access_size <= object_size.
+
+At:
+  oob @ bad_oob.bpf.c:25:14
+  Instruction context:
+  >>>  8 | (79) r6 = *(u64 *)(r0 +32)
+       9 | (bf) r0 = r6
+
+Suggestion:
+  Add or adjust a bounds check that proves offset + access_size stays within the object.
+
+processed 8 insns (limit 1000000) max_states_per_insn 0 total_states 0 peak_states 0 mark_read 0
+"""
+
+
+def test_verifier_reason_of_a_kernel_7x_extended_log() -> None:
+    assert L.verifier_reason(LOG_7X) == (
+        "invalid access to map value, value_size=8 off=32 size=8; "
+        "R0 min value is outside of the allowed memory range"
+    )
+    tail = L.log_tail(LOG_7X)
+    assert "off=32" in tail and "Verification failed: Memory Safety" in tail
+    assert "The verifier cannot prove" in tail and "Suggestion" not in tail
 
 
 def test_without_capabilities_load_is_permission_denied(objs: Path) -> None:

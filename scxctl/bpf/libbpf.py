@@ -239,22 +239,41 @@ def _last_warning() -> str:
     return ""
 
 
+_INSN_LINE = re.compile(r"^\d+: \(")  # "8: (79) r6 = *(u64 *)(r0 +32)" (classic log, column 0)
+_STATS_LINE = re.compile(r"^(processed \d+ insns|verification time|stack depth)")
+
+
+def _split_log(log: str) -> tuple[list[str], list[str], list[str]]:
+    """(instruction trace, the verifier's complaint after the last instruction, what follows).
+
+    The complaint ends at the first blank line: kernels >= 7.x append an extended diagnostic
+    ("Verification failed: ...", "Reason:", source and instruction context) after one."""
+    lines = log.splitlines()
+    last = max((i for i, line in enumerate(lines) if _INSN_LINE.match(line)), default=-1)
+    end = next((j for j in range(last + 1, len(lines)) if not lines[j].strip()), len(lines))
+    return lines[: last + 1], lines[last + 1 : end], lines[end:]
+
+
+def verifier_reason(log: str) -> str:
+    """The verifier's complaint in one line: the lines after the last instruction, minus statistics."""
+    _, complaint, _ = _split_log(log)
+    return "; ".join(line.strip() for line in complaint if line.strip() and not _STATS_LINE.match(line))
+
+
 def log_tail(log: str, lines: int = _LOG_TAIL_LINES) -> str:
-    """The last non-empty lines of a verifier log: where the verifier says what it rejected."""
-    kept = [line for line in log.splitlines() if line.strip()]
-    return "\n".join(kept[-lines:])
-
-
-_INSN_LINE = re.compile(r"^\d+: \(")  # "8: (79) r6 = *(u64 *)(r0 +32)"
-_STATS_LINE = re.compile(r"^(processed \d+ insns|verification time)")
-
-
-def verifier_reason(tail: str) -> str:
-    """The verifier's complaint: the lines after the last instruction dump, minus the statistics."""
-    lines = tail.splitlines()
-    last_insn = max((i for i, line in enumerate(lines) if _INSN_LINE.match(line)), default=-1)
-    reason = [line.strip() for line in lines[last_insn + 1 :] if not _STATS_LINE.match(line)]
-    return "; ".join(line for line in reason if line)
+    """What to show of a verifier log: the end of the instruction trace and the complaint, plus the
+    summary of a newer kernel's extended diagnostic (up to its source context)."""
+    trace, complaint, extra = _split_log(log)
+    kept = [line for line in trace + complaint if line.strip()][-lines:]
+    if any(line.startswith("Verification failed") for line in extra):
+        start = next(i for i, line in enumerate(extra) if line.startswith("Verification failed"))
+        summary = []
+        for line in extra[start:]:
+            if line.startswith(("At:", "Causal path:", "Suggestion:")):
+                break
+            summary.append(line)
+        kept += ["", *summary]
+    return "\n".join(kept).rstrip()
 
 
 def error_for_errno(
@@ -298,7 +317,7 @@ def error_for_errno(
         )
     if log:
         tail = log_tail(log)
-        last = verifier_reason(tail) or why
+        last = verifier_reason(log) or why
         return BpfError(
             f"{action}: the verifier rejected the program ({why}): {last}",
             ExitCode.BPF,

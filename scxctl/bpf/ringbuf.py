@@ -30,7 +30,7 @@ import mmap
 import platform
 import struct
 from types import TracebackType
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from scxctl.bpf.libbpf import (
     BPF_MAP_TYPE_RINGBUF,
@@ -61,17 +61,25 @@ def stride(payload_len: int) -> int:
 
 
 class Reader(Protocol):
+    """What the scheduler loop needs from a ring buffer consumer (both backends provide it)."""
+
     fd: int
 
     def read_batch(self, fmt: struct.Struct, out: list[tuple[object, ...]], limit: int) -> int: ...
     def has_data(self) -> bool: ...
     def close(self) -> None: ...
+    def __enter__(self) -> Any: ...
+    def __exit__(self, *exc: object) -> None: ...
 
 
 class Writer(Protocol):
+    """What the scheduler loop needs from a user ring buffer producer (both backends provide it)."""
+
     def write(self, fmt: struct.Struct, *values: object) -> bool: ...
     def free_bytes(self) -> int: ...
     def close(self) -> None: ...
+    def __enter__(self) -> Any: ...
+    def __exit__(self, *exc: object) -> None: ...
 
 
 def _ring_size(map_fd: int, want_type: int, what: str) -> int:
@@ -267,7 +275,7 @@ class UserRingBufferWriter(_Mapped):
         self._cons = self._keep(self._keep(memoryview(cons_mm)[:8]).cast("Q"))
         self._prod = self._keep(self._keep(whole[:8]).cast("Q"))
         self._data = self._keep(whole[PAGE_SIZE:])
-        self._hdr = self._keep(self._data.cast("I"))
+        self._hdr64 = self._keep(self._data.cast("Q"))  # headers are 8-aligned: index = offset >> 3
         self._prod_pos = int(self._prod[0])  # we are the only producer: cache our own position
 
     @property
@@ -294,9 +302,10 @@ class UserRingBufferWriter(_Mapped):
             return False
         off = prod_pos & self._mask
         fmt.pack_into(self._data, off + HDR_SIZE, *values)  # may run into the mirror: same pages
-        idx = off >> 2
-        self._hdr[idx + 1] = 0  # pg_off, unused by the kernel for user rings
-        self._hdr[idx] = length  # committed header (no BUSY): single producer, published below
+        # the whole header {len, pg_off = 0} as one aligned 8-byte store (little-endian: len is the
+        # low half), committed (no BUSY) at once: fine for a single producer, since the kernel reads
+        # nothing beyond producer_pos, which is stored after it
+        self._hdr64[off >> 3] = length
         prod_pos += total
         self._prod[0] = prod_pos  # release (TSO): the kernel may consume the record from now on
         self._prod_pos = prod_pos

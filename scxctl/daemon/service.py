@@ -301,6 +301,8 @@ class Daemon:
             uid=peer.uid,
             force=force,
         )
+        if self.supervisor.spec == spec and self.supervisor.owns(kernel):
+            return self.status()  # already running exactly this: no needless restart
         await self.supervisor.start(spec)
         wait = self.config.limits.verify_timeout_s + self.config.limits.stop_timeout_s + 5
         try:

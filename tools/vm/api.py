@@ -20,6 +20,8 @@ class VMResult:
     message: str | None = None  # harness failure (timeout, panic, ...); None when the command ran
     boot_s: float | None = None  # QEMU start to command start
     accel: str = "tcg"
+    qemu_s: float | None = None  # how long QEMU ran (wall_s also counts disk building and queueing)
+    queued_s: float = 0.0  # waiting for other guests (one guest runs at a time per cache)
 
 
 class VM:
@@ -57,4 +59,6 @@ class VM:
             message=out.message,
             boot_s=out.boot_s,
             accel=out.accel,
+            qemu_s=out.qemu_s,
+            queued_s=out.queued_s,
         )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+from collections.abc import Iterator
 from pathlib import Path
 
 from scxctl import paths
@@ -18,3 +21,16 @@ CHECKOUT = Path(__file__).resolve().parents[2]  # the working tree whose code go
 def cache_dir() -> Path:
     """`.cache/vm/` in the checkout, or $SCXCTL_VM_CACHE."""
     return paths.vm_cache_dir(CHECKOUT)
+
+
+@contextlib.contextmanager
+def cache_lock(name: str) -> Iterator[None]:
+    """Serialise builds of one cache entry between processes (parallel test runs share the cache)."""
+    path = cache_dir() / f".{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

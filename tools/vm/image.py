@@ -154,7 +154,8 @@ def _install(root: Path) -> None:
     with _chroot_mounts(root):
         _run(["chroot", str(root), "apt-get", "-q", "update"], "apt-get update (guest)", env)
         _run(
-            ["chroot", str(root), "apt-get", "-q", "-y", "--no-install-recommends", "install", *PACKAGES],
+            ["chroot", str(root), "apt-get", "-q", "-y", "--no-install-recommends",
+             "-o", "Dpkg::Options::=--force-unsafe-io", "install", *PACKAGES],
             "apt-get install (guest packages)",
             env,
         )
@@ -202,6 +203,11 @@ def build(force: bool = False) -> Path:
     """Return the cached image for the current recipe, building it first when needed."""
     if os.geteuid() != 0:
         raise VMError("building the guest image needs root (debootstrap, chroot)", hint="run as root")
+    with config.cache_lock("image"):
+        return _build_locked(force)
+
+
+def _build_locked(force: bool) -> Path:
     rec = recipe()
     key = cache_key(rec)
     dest = image_path(key)

@@ -23,6 +23,29 @@ PROJECT_ITEMS = ("scxctl", "bpf", "tests", "benchmarks", "packaging", "pyproject
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache", "*.egg-info")
 RESULTS_SPACE = 1024 * 1024 * 1024  # free space for /results (the image file is sparse)
 
+# light mode only (systemd mounts these itself); X-mount.mkdir creates missing mount points
+FSTAB_LIGHT = """\
+tmpfs /run tmpfs mode=755,nosuid,nodev 0 0
+tmpfs /tmp tmpfs mode=1777,nosuid,nodev 0 0
+devpts /dev/pts devpts gid=5,mode=620,X-mount.mkdir 0 0
+tmpfs /dev/shm tmpfs mode=1777,nosuid,nodev,X-mount.mkdir 0 0
+cgroup2 /sys/fs/cgroup cgroup2 nsdelegate 0 0
+bpf /sys/fs/bpf bpf mode=700 0 0
+debugfs /sys/kernel/debug debugfs defaults 0 0
+tracefs /sys/kernel/tracing tracefs defaults 0 0
+"""
+
+
+def fstab_run(release: str | None) -> str:
+    """Bind mounts of the run disk's parts to where the guest expects them (both modes)."""
+    lines = [
+        "/mnt/scxvm/project /opt/scxctl none bind,X-mount.mkdir 0 0",
+        "/mnt/scxvm/results /results none bind,X-mount.mkdir 0 0",
+    ]
+    if release is not None:
+        lines.append(f"/mnt/scxvm/kernel /lib/modules/{release} none bind,X-mount.mkdir 0 0")
+    return "\n".join(lines) + "\n"
+
 
 @dataclass(frozen=True)
 class Copy:
@@ -47,6 +70,7 @@ def stage(
     command: str,
     copies: list[Copy],
     lib_modules: Path | None,
+    release: str | None = None,
     checkout: Path = config.CHECKOUT,
 ) -> str:
     """Fill `staging` with what the run disk holds; returns the run's nonce."""
@@ -65,6 +89,8 @@ def stage(
             shutil.copy2(src, project / item)
     if lib_modules is not None:
         shutil.copytree(lib_modules, staging / "kernel")
+    (staging / "fstab.light").write_text(FSTAB_LIGHT)
+    (staging / "fstab.run").write_text(fstab_run(release if lib_modules is not None else None))
     lines = []
     for i, c in enumerate(copies):
         if not c.src.exists():
@@ -78,6 +104,7 @@ def stage(
         lines.append(f"{i}\t{c.dst}\n")
     (staging / "copies.tsv").write_text("".join(lines))
     (staging / "results").mkdir()
+    (staging / "results").chmod(0o1777)  # the unprivileged `tester` may write results too
     return nonce
 
 

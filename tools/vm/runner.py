@@ -7,9 +7,11 @@ the command's own code, or HarnessCode.TIMEOUT / PANIC / NO_COMMAND / SETUP (too
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -25,6 +27,7 @@ from tools.vm.codes import HarnessCode, VMError
 log = get_logger("tools.vm.run")
 
 POLL_S = 0.05
+PR_SET_PDEATHSIG = 1
 SHUTDOWN_GRACE_S = 30.0
 _PANIC_RE = re.compile(r"Kernel panic - not syncing:?[^\n]*")
 
@@ -52,6 +55,8 @@ class Outcome:
     wall_s: float  # the whole run, disk building and result fetching included
     console: str
     workdir: Path | None = None
+    qemu_s: float | None = None  # how long QEMU ran
+    queued_s: float = 0.0  # waiting for another guest to finish (see qemu.lock)
 
 
 @dataclass
@@ -138,24 +143,33 @@ def run(spec: RunSpec, sink: BinaryIO | None = None) -> Outcome:
     runs.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=runs, prefix="run-"))
     try:
-        nonce = rundisk.stage(work / "stage", spec.command, spec.copies, kernel.lib_modules_dir(info))
+        nonce = rundisk.stage(
+            work / "stage", spec.command, spec.copies, kernel.lib_modules_dir(info), info.release
+        )
         run_img = work / "run.img"
         rundisk.make(work / "stage", run_img)
         shutil.rmtree(work / "stage")
         m = qemu.Machine(
-            kernel=kernel.vmlinuz(info), root_image=root_img, run_image=run_img,
+            kernel=kernel.boot_image(info), root_image=root_img, run_image=run_img,
             console_log=work / "console.log", ctl_log=work / "ctl.log", out_log=work / "out.log",
             accel=acc, cpus=spec.cpus, mem=spec.mem, systemd=spec.systemd,
         )  # fmt: skip
         for p in (m.console_log, m.ctl_log, m.out_log):
             p.touch()
-        log.info("booting guest", accel=acc, cpus=spec.cpus, mem=spec.mem, systemd=spec.systemd,
-                 kernel=info.release)
         # One guest at a time per cache: TCG guests competing for 2 host cores each run so slowly that
         # boot and command timeouts become meaningless. Timeouts start once the lock is held.
+        queued = time.monotonic()
         with open(config.cache_dir() / "qemu.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log.info("waiting for another guest to finish (one guest at a time)")
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            log.info("booting guest", accel=acc, cpus=spec.cpus, mem=spec.mem, systemd=spec.systemd,
+                     kernel=info.release)
+            queued = time.monotonic() - queued
             outcome = _boot(m, binary, nonce, spec, boot_timeout, sink, work, t0)
+        outcome.queued_s = queued
         if spec.results is not None and outcome.returncode not in (HarnessCode.NO_COMMAND,):
             try:
                 rundisk.fetch_results(run_img, spec.results, work / "fetched")
@@ -180,7 +194,10 @@ def _boot(
     output = bytearray()
     qemu_err = open(work / "qemu.stderr", "wb")  # noqa: SIM115 -- closed below, after the process
     started = time.monotonic()
-    proc = subprocess.Popen(qemu.argv(m, binary), stdin=subprocess.DEVNULL, stdout=qemu_err, stderr=qemu_err)
+    proc = subprocess.Popen(
+        qemu.argv(m, binary), stdin=subprocess.DEVNULL, stdout=qemu_err, stderr=qemu_err,
+        preexec_fn=_die_with_parent,
+    )  # fmt: skip
     timed_out: str | None = None
     finished_at: float | None = None
     try:
@@ -197,10 +214,11 @@ def _boot(
             if new:
                 console += new
                 watch.feed_console(console[-(len(new) + 200):])
+            if finished_at is None and (watch.exit_code is not None or watch.error is not None):
+                finished_at = now
             if exited or watch.panic is not None:
                 break
-            if watch.exit_code is not None or watch.error is not None:
-                finished_at = finished_at or now
+            if finished_at is not None:
                 if now - finished_at > SHUTDOWN_GRACE_S:
                     log.warning("guest did not power off after the command; killing QEMU")
                     break
@@ -223,10 +241,9 @@ def _boot(
         sink.flush()
     for tail in (out, ctl, con):
         tail.close()
+    if watch.exit_code is None and watch.started_at is not None and timed_out is None and watch.panic is None:
+        watch.exit_code = rundisk.read_exitcode(m.run_image)  # the marker got lost, the disk may have it
     code, message = classify(watch, timed_out)
-    if message is None and watch.exit_code is None:
-        disk_code = rundisk.read_exitcode(m.run_image)
-        code = disk_code if disk_code is not None else code
     if message is not None:
         detail = (work / "qemu.stderr").read_text(errors="replace").strip()
         if code == HarnessCode.TIMEOUT:
@@ -242,7 +259,13 @@ def _boot(
         qemu_s=_r(time.monotonic() - started),
     )  # fmt: skip
     return Outcome(int(code), bytes(output), message, m.accel, boot_s, time.monotonic() - t0, console,
-                   work if spec.keep else None)
+                   work if spec.keep else None, qemu_s=time.monotonic() - started)
+
+
+def _die_with_parent() -> None:
+    """In the QEMU child: get SIGKILL when the harness dies (killed by timeout(1), pytest-timeout...)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _r(a: float | None, b: float | None = 0.0) -> float | None:
