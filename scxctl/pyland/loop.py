@@ -142,23 +142,22 @@ class SchedulerLoop:
         decide = self.policy.decide
         write = self.writer.write
         written = 0
-        try:
-            for rec in records:
-                (task.pid, task.cpu, task.nr_cpus_allowed, task.flags, task.start_ts, task.stop_ts,
-                 task.exec_runtime, task.weight, task.vtime, task.enq_cnt, task.comm) = rec
+        for rec in records:
+            (task.pid, task.cpu, task.nr_cpus_allowed, task.flags, task.start_ts, task.stop_ts,
+             task.exec_runtime, task.weight, task.vtime, task.enq_cnt, task.comm) = rec
+            try:  # zero-cost unless it raises (3.11+); only the policy's own errors are wrapped
                 decide(task, decision)
-                # keep the order: once one decision waits, every later one waits behind it
-                if not pending and write(DECISION, decision.pid, decision.cpu, 1 if decision.preempt else 0,
-                                         decision.slice_ns, decision.deadline, decision.vtime,
-                                         decision.enq_cnt):
-                    written += 1
-                else:  # the user ring is full: the pool keeps this decision (rare: a tuple is fine)
-                    if not pending:
-                        st.ring_full += 1
-                    pending.append((decision.pid, decision.cpu, 1 if decision.preempt else 0,
-                                    decision.slice_ns, decision.deadline, decision.vtime, decision.enq_cnt))
-        except Exception as exc:
-            raise PolicyFailed(self.policy.name, exc) from exc
+            except Exception as exc:
+                raise PolicyFailed(self.policy.name, exc) from exc
+            # keep the order: once one decision waits, every later one waits behind it
+            if not pending and write(DECISION, decision.pid, decision.cpu, 1 if decision.preempt else 0,
+                                     decision.slice_ns, decision.deadline, decision.vtime, decision.enq_cnt):
+                written += 1
+            else:  # the user ring is full: the pool keeps this decision (rare: a tuple is fine)
+                if not pending:
+                    st.ring_full += 1
+                pending.append((decision.pid, decision.cpu, 1 if decision.preempt else 0,
+                                decision.slice_ns, decision.deadline, decision.vtime, decision.enq_cnt))
 
         st.written += written
         st.batches += 1
