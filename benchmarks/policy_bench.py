@@ -1,6 +1,6 @@
 """Cost of policy.decide() per call, for each built-in policy, measured side by side in one run.
 
-    .venv/bin/python -m benchmarks.policy_bench [--records N] [--repeat R]
+    .venv/bin/python -m benchmarks.policy_bench [--records N] [--repeat R] [POLICY.py ...]
 
 Replays one recorded stream of task records (hogs, short-burst wakers, pinned tasks, several
 weights, produced by the emulated BPF bookkeeping) through each policy the way the scheduler loop
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import logging
 import random
 import statistics
 import struct
@@ -22,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from scxctl import log as logsetup
 from scxctl.pyland.policies.emulate import EmulatedTask, enqueue
 from scxctl.pyland.policy import Decision, Policy, PolicyOptions, Task, load_policy
 
@@ -102,11 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=200_000, help="records per measurement")
     parser.add_argument("--repeat", type=int, default=5, help="measurements per policy (best is kept)")
     parser.add_argument("--nr-cpus", type=int, default=2)
+    parser.add_argument("files", nargs="*", metavar="POLICY.py", help="policy files (default: the examples)")
     args = parser.parse_args(argv)
+    logsetup.configure("console", logging.WARNING)
 
     opts = PolicyOptions(nr_cpus=args.nr_cpus)
     records = record_stream(args.records, args.nr_cpus)
-    specs = ["null", "fifo", "deadline", *(str(p) for p in sorted(EXAMPLES.glob("*.py")))]
+    files = args.files or [str(p) for p in sorted(EXAMPLES.glob("*.py"))]
+    specs = ["null", "fifo", "deadline", *files]
     gc.collect()
     gc.disable()  # as in the scheduler loop: no collector pause inside a measurement
     rows = []

@@ -17,10 +17,12 @@ import pytest
 
 pytestmark = pytest.mark.vm
 
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "policies"
+GUEST_EXAMPLES = "/tmp/policy-examples"  # examples/ is not part of the guest's /opt/scxctl tree
 SPECS = {
     "fifo": ("fifo", "policy_decisions"),
-    "round_robin": ("examples/policies/round_robin.py", "policy_turns"),
-    "boost_comm": ("examples/policies/boost_comm.py", "policy_boosted"),
+    "round_robin": (f"{GUEST_EXAMPLES}/round_robin.py", "policy_turns"),
+    "boost_comm": (f"{GUEST_EXAMPLES}/boost_comm.py", "policy_boosted"),
 }
 
 SCENARIO = r"""#!/bin/bash
@@ -53,7 +55,8 @@ run_policy() {  # run_policy NAME SPEC
 }
 @RUNS@
 python3 --version >"$R/python.txt" 2>&1
-python3 -m benchmarks.policy_bench --records 5000 --repeat 2 >"$R/bench.txt" 2>&1; echo $? >"$R/bench.rc"
+python3 -m benchmarks.policy_bench --records 5000 --repeat 2 @EXAMPLES@/*.py >"$R/bench.txt" 2>&1
+echo $? >"$R/bench.rc"
 exit 0
 """
 
@@ -79,8 +82,8 @@ def log_events(text: str) -> list[dict[str, Any]]:
 def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     runs = "\n".join(f"run_policy {name} {spec}" for name, (spec, _) in SPECS.items())
     script = tmp_path_factory.mktemp("policy") / "policy_scenario.sh"
-    script.write_text(SCENARIO.replace("@RUNS@", runs))
-    copy = [(str(script), "/tmp/policy_scenario.sh")]
+    script.write_text(SCENARIO.replace("@RUNS@", runs).replace("@EXAMPLES@", GUEST_EXAMPLES))
+    copy = [(str(script), "/tmp/policy_scenario.sh"), (str(EXAMPLES), GUEST_EXAMPLES)]
     res = vm.run("bash /tmp/policy_scenario.sh", timeout=900, cpus=2, mem="2G", copy=copy)
     assert res.returncode == 0, f"guest run failed ({res.message}): {res.output[-3000:]}"
     return res.results

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import secrets
 import subprocess
 from pathlib import Path
@@ -325,6 +326,19 @@ def test_extract_vmlinux_finds_the_compressed_elf_after_junk() -> None:
 def test_guest_scripts_are_valid_bash(script: str) -> None:
     proc = subprocess.run(["bash", "-n", str(image.GUEST_DIR / script)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_stale_run_dirs_of_dead_harnesses_are_reaped(tmp_path: Path) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale, live, kept = tmp_path / "run-stale", tmp_path / "run-live", tmp_path / "run-kept"
+    for d in (stale, live, kept):
+        d.mkdir()
+    (stale / runner.OWNER).write_text(f"{dead.pid}\n")
+    (live / runner.OWNER).write_text(f"{os.getpid()}\n")
+    runner._reap_stale_runs(tmp_path)
+    assert not stale.exists()
+    assert live.exists() and kept.exists()
 
 
 def test_cache_dir_defaults_into_the_checkout_and_env_overrides(monkeypatch: pytest.MonkeyPatch) -> None:

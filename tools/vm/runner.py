@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import os
 import re
 import shutil
 import signal
@@ -28,6 +29,7 @@ log = get_logger("tools.vm.run")
 
 POLL_S = 0.05
 PR_SET_PDEATHSIG = 1
+OWNER = "owner.pid"  # in a run dir while its harness process runs
 SHUTDOWN_GRACE_S = 30.0
 _PANIC_RE = re.compile(r"Kernel panic - not syncing:?[^\n]*")
 
@@ -141,7 +143,9 @@ def run(spec: RunSpec, sink: BinaryIO | None = None) -> Outcome:
     boot_timeout = spec.boot_timeout or (60.0 if acc == "kvm" else 300.0)
     runs = config.cache_dir() / "runs"
     runs.mkdir(parents=True, exist_ok=True)
+    _reap_stale_runs(runs)
     work = Path(tempfile.mkdtemp(dir=runs, prefix="run-"))
+    (work / OWNER).write_text(f"{os.getpid()}\n")
     try:
         nonce = rundisk.stage(
             work / "stage", spec.command, spec.copies, kernel.lib_modules_dir(info), info.release
@@ -179,6 +183,7 @@ def run(spec: RunSpec, sink: BinaryIO | None = None) -> Outcome:
         return outcome
     finally:
         if spec.keep:
+            (work / OWNER).unlink(missing_ok=True)  # kept dirs are never reaped
             log.info("kept the run directory", path=str(work))
         else:
             shutil.rmtree(work, ignore_errors=True)
@@ -260,6 +265,21 @@ def _boot(
     )  # fmt: skip
     return Outcome(int(code), bytes(output), message, m.accel, boot_s, time.monotonic() - t0, console,
                    work if spec.keep else None, qemu_s=time.monotonic() - started)
+
+
+def _reap_stale_runs(runs: Path) -> None:
+    """Delete run dirs left by harness processes that were killed (their owner pid is gone)."""
+    for d in runs.glob("run-*"):
+        try:
+            pid = int((d / OWNER).read_text())
+        except (OSError, ValueError):
+            continue  # a --keep dir, or one being created right now
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except PermissionError:
+            pass
 
 
 def _die_with_parent() -> None:
