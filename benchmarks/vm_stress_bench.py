@@ -10,6 +10,7 @@ Usage: .venv/bin/python -m benchmarks.vm_stress_bench [--seconds 20] [--policy d
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import tempfile
@@ -27,7 +28,7 @@ stress() {
     echo $? >"$R/$1.rc"
 }
 stress default
-scxctl --log-format json run --policy {policy} --stats-interval 0 >"$R/pyland.log" 2>&1 &
+scxctl --log-format json run --policy {policy} --stats-interval 5 >"$R/pyland.log" 2>&1 &
 pid=$!
 for _ in $(seq 1 900); do
     [ "$(cat /sys/kernel/sched_ext/state)" = enabled ] \
@@ -88,9 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     ops = (r / "ops.txt").read_text().strip() if (r / "ops.txt").exists() else "?"
     state = (r / "state_after.txt").read_text().strip() if (r / "state_after.txt").exists() else "?"
     print(f"pyland policy={args.policy}: root/ops during its run: {ops}; state after its stress run: {state}")
-    tail = [ln for ln in (r / "pyland.log").read_text().splitlines() if ln.startswith("pyland")]
-    for ln in tail:
-        print("  " + ln)
+    log = (r / "pyland.log").read_text().splitlines()
+    for ln in log:
+        if ln.startswith(("pyland", "scxctl:")):
+            print("  " + ln)
+    stats = [json.loads(ln) for ln in log if ln.startswith("{") and '"pyland stats"' in ln]
+    if stats:
+        keys = ("consumed", "nr_backlog", "nr_ring_full", "nr_direct", "nr_kthread", "nr_preempt_kicks",
+                "busy_cpu_ns", "max_batch_wall_ns", "max_batch_cpu_ns")
+        print("  last stats line: " + ", ".join(f"{k}={stats[-1].get(k)}" for k in keys))
     print(f"\nstress-ng {args.seconds} s, {args.cpus} vCPUs ({res.accel}), bogo-ops/s (real time), same boot")
     print(f"{'stressor':>10} {'default':>12} {'pyland':>12} {'default#2':>12} {'pyland/default':>15}")
     for s in sorted(set(runs["default"]) | set(runs["pyland"])):

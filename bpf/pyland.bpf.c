@@ -33,6 +33,7 @@ const volatile struct pyland_config cfg = {
 	.usersched_tgid = 0,
 	.builtin_idle = 1,		/* R8 */
 	.timer_ns = 100ULL * 1000 * 1000,
+	.max_backlog = 1024,
 };
 
 /* Counters and exit info shared with user space; the only variable in .bss (offset 0). */
@@ -186,16 +187,22 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	 */
 	tctx->enq_cnt++;
 
+	/*
+	 * Overload: a task queued behind max_backlog others waits for all of them to be decided (about
+	 * max_backlog / decisions-per-second), which under a wake-up flood on a slow machine reached
+	 * the watchdog timeout (ERROR_STALL of a stress-ng sleep thread, seen in the VM). Past that
+	 * backlog BPF schedules the task itself; the difference of two single-writer counters may be
+	 * momentarily stale, which only moves the threshold by a few records.
+	 */
+	if (shared.nr_queued - shared.nr_consumed >= cfg.max_backlog) {
+		__sync_fetch_and_add(&shared.nr_backlog, 1);
+		goto fallback;
+	}
 	rec = bpf_ringbuf_reserve(&queued, sizeof(*rec), 0);
 	if (!rec) {
-		/*
-		 * R7: user space is behind and the ring is full: never drop the task, run it from the
-		 * shared DSQ with its last deadline and count it.
-		 */
-		pyl_dsq_insert_vtime(p, SHARED_DSQ, cfg.slice_ns, tctx->deadline, enq_flags);
+		/* R7: the ring is full: never drop the task, fall back and count it */
 		__sync_fetch_and_add(&shared.nr_ring_full, 1);
-		scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_IDLE);
-		return;
+		goto fallback;
 	}
 	rec->pid = p->pid;
 	rec->cpu = scx_bpf_task_cpu(p);
@@ -217,6 +224,12 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	 */
 	__sync_fetch_and_add(&shared.nr_queued, 1);
 	bpf_ringbuf_submit(rec, 0);
+	return;
+
+fallback:
+	/* the shared DSQ with the task's last deadline: it runs on the first CPU that looks */
+	pyl_dsq_insert_vtime(p, SHARED_DSQ, cfg.slice_ns, tctx->deadline, enq_flags);
+	scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_IDLE);
 }
 
 /*
@@ -297,6 +310,7 @@ out:
 
 void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 {
+	bool after_usersched = prev && is_usersched(prev);
 	long drained;
 
 	/*
@@ -314,8 +328,12 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 	 * R3 (2): then the scheduler, if it has work. Each step returns only when a task was really
 	 * moved: an attempted move can find the DSQ empty (the scheduler is asleep, or another CPU took
 	 * it), and returning anyway would leave runnable tasks waiting with the CPU idle.
+	 * Not twice in a row on this CPU, though: when the scheduler itself just stopped here (it
+	 * yielded after a batch, or its slice ended), one task of this CPU's DSQ or of the shared DSQ
+	 * gets its turn first -- under a constant stream of work "pending" is always true, and tasks
+	 * placed on this CPU would otherwise starve behind the scheduler until the watchdog fires.
 	 */
-	if (usersched_has_pending() && pyl_dsq_move_to_local(SCHED_DSQ))
+	if (!after_usersched && usersched_has_pending() && pyl_dsq_move_to_local(SCHED_DSQ))
 		return;
 	/* R3 (3), (4): this CPU's DSQ, then the shared DSQ */
 	if (pyl_dsq_move_to_local(cpu_dsq(cpu)))

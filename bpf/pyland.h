@@ -47,6 +47,7 @@ struct pyland_config {
 	__u32 usersched_tgid;	/* the scheduler process: all its threads go to SCHED_DSQ */
 	__u32 builtin_idle;	/* 1: select_cpu picks an idle CPU and dispatches there directly */
 	__u64 timer_ns;		/* heartbeat period of the watchdog-keeping timer */
+	__u64 max_backlog;	/* records user space may be behind before BPF schedules new ones itself */
 };
 
 /* why the scheduler left, copied from struct scx_exit_info in ops.exit */
@@ -69,6 +70,7 @@ struct pyland_shared {
 	__u64 nr_missing;		/* decisions dropped: the task exited */
 	__u64 nr_bounced;		/* decisions whose CPU the task may not use -> shared DSQ */
 	__u64 nr_ring_full;		/* `queued` full -> task inserted into the shared DSQ by BPF */
+	__u64 nr_backlog;		/* user space max_backlog records behind -> same fallback */
 	__u64 nr_kthread;		/* per-CPU kthreads, kswapd, kcompactd, khugepaged run directly */
 	__u64 nr_direct;		/* builtin_idle: dispatched to an idle CPU from select_cpu */
 	__u64 nr_preempt_kicks;		/* decisions with PREEMPT that kicked their CPU */

@@ -40,6 +40,9 @@ def run(
         typer.Option("--stats-interval", min=0.0, metavar="S",
                      help="Seconds between summary lines (0: off)."),
     ] = 5.0,
+    max_backlog: Annotated[
+        int, typer.Option("--max-backlog", min=1, help="Tasks Python may lag before BPF schedules them.")
+    ] = 1024,
     allow_stale: Annotated[
         bool, typer.Option("--allow-stale", help="Load a BPF object whose build hash does not match bpf/.")
     ] = False,
@@ -58,14 +61,16 @@ def run(
     if slice_min_us > slice_us:
         raise UsageError(f"--slice-min-us ({slice_min_us}) must not exceed --slice-us ({slice_us})")
     opts = RunOptions(policy=policy, builtin_idle=builtin_idle, slice_us=slice_us, slice_min_us=slice_min_us,
-                      partial=partial, stats_interval=stats_interval, allow_stale=allow_stale,
+                      partial=partial, stats_interval=stats_interval, max_backlog=max_backlog,
+                      allow_stale=allow_stale,
                       object_path=bpf_object)
     res = run_pyland(opts)
     loop, bpf = res.loop_stats, res.bpf_stats
     typer.echo(
         f"pyland: {loop['consumed']} tasks queued to Python, {loop['written']} decisions, "
-        f"{bpf['nr_dispatched']} applied, {bpf['nr_stale']} stale, {bpf['nr_ring_full']} ring-full "
-        f"fallbacks, {bpf['nr_direct']} direct (idle CPU), {bpf['nr_kthread']} kthreads; loop CPU "
+        f"{bpf['nr_dispatched']} applied, {bpf['nr_stale']} stale, {bpf['nr_ring_full']} ring-full and "
+        f"{bpf['nr_backlog']} backlog fallbacks, {bpf['nr_direct']} direct (idle CPU), "
+        f"{bpf['nr_kthread']} kthreads; loop CPU "
         f"{loop['busy_cpu_ns'] / 1e6:.1f} ms, wall {loop['busy_wall_ns'] / 1e6:.1f} ms",
         err=True,
     )

@@ -21,8 +21,8 @@ MSG_LEN = 1024
 TASK = struct.Struct("=iiIIQQQQQQ16s")
 # struct pyland_decision: pid, cpu, flags, slice_ns, deadline, vtime, enq_cnt
 DECISION = struct.Struct("=iiQQQQQ")
-# struct pyland_config (.rodata): slice_ns, usersched_tgid, builtin_idle, timer_ns
-CONFIG = struct.Struct("=QIIQ")
+# struct pyland_config (.rodata): slice_ns, usersched_tgid, builtin_idle, timer_ns, max_backlog
+CONFIG = struct.Struct("=QIIQQ")
 
 # struct pyland_shared (.bss): u64 counters in this order, then struct pyland_exit_info
 SHARED_COUNTERS = (
@@ -33,6 +33,7 @@ SHARED_COUNTERS = (
     "nr_missing",
     "nr_bounced",
     "nr_ring_full",
+    "nr_backlog",
     "nr_kthread",
     "nr_direct",
     "nr_preempt_kicks",
@@ -56,4 +57,4 @@ EXIT_OFFSET = 8 * len(SHARED_COUNTERS)
 EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")
 SHARED_SIZE = EXIT_OFFSET + EXIT_INFO.size
 
-assert TASK.size == 80 and DECISION.size == 48 and CONFIG.size == 24 and SHARED_SIZE == 1312
+assert TASK.size == 80 and DECISION.size == 48 and CONFIG.size == 32 and SHARED_SIZE == 1320

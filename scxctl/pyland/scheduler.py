@@ -51,6 +51,7 @@ class RunOptions:
     slice_min_us: int = 1_000  # BPF default/refill slice
     partial: bool = False
     stats_interval: float = 5.0  # 0: no periodic summary
+    max_backlog: int = 1024  # records Python may be behind before BPF schedules new tasks itself
     allow_stale: bool = False
     attach_timeout: float = 10.0  # seconds for sysfs to show pyland enabled after attach
     exit_timeout: float = 5.0  # seconds to wait for ops.exit after detaching
@@ -132,7 +133,8 @@ class Scheduler:
         path = o.object_path or bpfobject.resolve(o.allow_stale)
         obj = BpfObject.open(path, sysroot=o.sysroot)
         self.obj = obj
-        obj.set_rodata_bytes(0, CONFIG.pack(popts.min_slice_ns, os.getpid(), int(o.builtin_idle), TIMER_NS))
+        obj.set_rodata_bytes(0, CONFIG.pack(popts.min_slice_ns, os.getpid(), int(o.builtin_idle), TIMER_NS,
+                                            o.max_backlog))
         obj.map(OPS_MAP if o.partial else PARTIAL_OPS_MAP).set_autocreate(False)
         obj.load()
         self.shared = SharedState(obj.map(".bss").initial_value())
