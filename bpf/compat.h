@@ -103,6 +103,28 @@ static __always_inline bool pyl_dsq_move_to_local(u64 dsq_id)
 	return scx_bpf_consume___v0(dsq_id);
 }
 
+/* iterate a DSQ and move a task found there (6.12: the dispatch_from_dsq names) */
+int bpf_iter_scx_dsq_new(struct bpf_iter_scx_dsq *it, u64 dsq_id, u64 flags) __ksym __weak;
+struct task_struct *bpf_iter_scx_dsq_next(struct bpf_iter_scx_dsq *it) __ksym __weak;
+void bpf_iter_scx_dsq_destroy(struct bpf_iter_scx_dsq *it) __ksym __weak;
+bool scx_bpf_dsq_move___v1(struct bpf_iter_scx_dsq *it__iter, struct task_struct *p, u64 dsq_id,
+			   u64 enq_flags) __ksym __weak;
+bool scx_bpf_dispatch_from_dsq___v0(struct bpf_iter_scx_dsq *it__iter, struct task_struct *p, u64 dsq_id,
+				    u64 enq_flags) __ksym __weak;
+
+static __always_inline bool pyl_dsq_move(struct bpf_iter_scx_dsq *it, struct task_struct *p, u64 dsq_id)
+{
+	if (bpf_ksym_exists(scx_bpf_dsq_move___v1))
+		return scx_bpf_dsq_move___v1(it, p, dsq_id, 0);
+	return scx_bpf_dispatch_from_dsq___v0(it, p, dsq_id, 0);
+}
+
+/* walk a DSQ from its tail (latest deadline first) where the kernel can, else from its head */
+static __always_inline u64 pyl_dsq_iter_rev(void)
+{
+	return bpf_core_enum_value_exists(enum scx_dsq_iter_flags, SCX_DSQ_ITER_REV) ? SCX_DSQ_ITER_REV : 0;
+}
+
 /* clock shared with the scheduler core (rq clock); plain monotonic time before 6.14 */
 u64 scx_bpf_now___v1(void) __ksym __weak;
 

@@ -16,6 +16,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 #include "compat.h"
 #include "pyland.h"
 
@@ -26,6 +27,9 @@ char _license[] SEC("license") = "GPL";
 #define SCHED_DSQ		(MAX_CPUS + 1)
 #define USERSCHED_SLICE_NS	(20ULL * 1000 * 1000)	/* bounded: a runaway policy cannot own a CPU */
 #define NR_QUEUED_RECORDS	4096
+#define RESCUE_PERIOD_NS	(20ULL * 1000 * 1000)
+#define RESCUE_SCAN_MAX		512
+#define RESCUE_MAX		4
 
 /* Set by user space before load (see struct pyland_config); the only variable in .rodata. */
 const volatile struct pyland_config cfg = {
@@ -34,6 +38,7 @@ const volatile struct pyland_config cfg = {
 	.builtin_idle = 1,		/* R8 */
 	.timer_ns = 100ULL * 1000 * 1000,
 	.max_backlog = 1024,
+	.starve_ns = 1000ULL * 1000 * 1000,
 };
 
 /* Counters and exit info shared with user space; the only variable in .bss (offset 0). */
@@ -56,6 +61,7 @@ struct task_ctx {
 	u64 exec_runtime;
 	u64 vtime;		/* vruntime from the last decision, echoed to user space */
 	u64 deadline;		/* last DSQ ordering key, reused by the BPF-side fallbacks */
+	u64 dsq_at;		/* when it was last inserted into a per-CPU or the shared DSQ */
 };
 
 struct {
@@ -94,28 +100,18 @@ static __always_inline bool is_usersched(const struct task_struct *p)
 	return cfg.usersched_tgid && p->tgid == cfg.usersched_tgid;
 }
 
-static __always_inline bool comm_starts_with(const struct task_struct *p, const char *prefix, int len)
-{
-	for (int i = 0; i < len && i < PYLAND_COMM_LEN; i++)
-		if (p->comm[i] != prefix[i])
-			return false;
-	return true;
-}
-
 /*
  * R6: kernel threads the scheduler itself may depend on run without a Python round trip: a per-CPU
  * kthread (ksoftirqd, kworker/N, rcu...) or a memory-reclaim thread stuck behind the Python process
  * can deadlock it (the Python scheduler page-faults -> needs kswapd -> which waits for Python).
+ * Unbound kthreads too: sched_ext's own watchdog runs from an unbound kworker, and one left waiting
+ * behind a wake-up flood ejected pyland in the VM ("watchdog failed to check in for 5.004s").
  */
 static __always_inline bool is_critical_kthread(const struct task_struct *p)
 {
-	if (p->flags & PF_KSWAPD)
-		return true;
-	if (!(p->flags & PF_KTHREAD))
-		return false;
-	if (p->nr_cpus_allowed == 1)
-		return true;
-	return comm_starts_with(p, "kcompactd", 9) || comm_starts_with(p, "khugepaged", 10);
+	if (p->flags & (PF_KSWAPD | PF_KTHREAD))
+		return true;	/* kswapd, kcompactd, khugepaged, per-CPU and unbound kthreads */
+	return false;
 }
 
 /*
@@ -228,6 +224,7 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 
 fallback:
 	/* the shared DSQ with the task's last deadline: it runs on the first CPU that looks */
+	tctx->dsq_at = pyl_now();
 	pyl_dsq_insert_vtime(p, SHARED_DSQ, cfg.slice_ns, tctx->deadline, enq_flags);
 	scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_IDLE);
 }
@@ -286,6 +283,7 @@ static long apply_decision(struct bpf_dynptr *dynptr, void *ctx)
 	 * If the task was dequeued after the generation check, the kernel's own queue-sequence check
 	 * drops this insert when the dispatch buffer is flushed: no double run.
 	 */
+	tctx->dsq_at = pyl_now();
 	pyl_dsq_insert_vtime(p, dsq, slice, d->deadline, 0);
 	__sync_fetch_and_add(&shared.nr_dispatched, 1);
 
@@ -308,10 +306,37 @@ out:
 	return scx_bpf_dispatch_nr_slots() ? 0 : 1;
 }
 
+/*
+ * Starvation rescue. The DSQs are ordered by the policy's deadlines, and a policy may keep giving
+ * newcomers earlier deadlines than a waiting task (a flood of boosted, preempting wake-ups against
+ * a CPU hog did exactly that in the VM: stress-ng-cpu ejected with ERROR_STALL after 6.8 s). Every
+ * RESCUE_PERIOD_NS one dispatch scans up to RESCUE_SCAN_MAX tasks from the tail of a DSQ and runs up to
+ * RESCUE_MAX that have waited starve_ns, so the policy's ordering cannot turn into a watchdog ejection.
+ */
+static int rescue_starved(u64 dsq_id, u64 now)
+{
+	struct task_struct *p;
+	int scanned = 0, rescued = 0;
+
+	bpf_for_each(scx_dsq, p, dsq_id, pyl_dsq_iter_rev()) {
+		struct task_ctx *tctx = lookup_task_ctx(p);
+
+		if (tctx && now - tctx->dsq_at >= cfg.starve_ns && pyl_dsq_move(&___it, p, SCX_DSQ_LOCAL)) {
+			__sync_fetch_and_add(&shared.nr_rescued, 1);
+			if (++rescued >= RESCUE_MAX)
+				break;
+		}
+		if (++scanned >= RESCUE_SCAN_MAX)
+			break;
+	}
+	return rescued;
+}
+
 void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 {
 	bool after_usersched = prev && is_usersched(prev);
 	long drained;
+	u64 now;
 
 	/*
 	 * R3 (1): finished decisions first. Running the scheduler before its decisions were applied
@@ -322,6 +347,14 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 		drained = bpf_user_ringbuf_drain(&dispatched, apply_decision, NULL, 0);
 		if (drained == -EBUSY)
 			__sync_fetch_and_add(&shared.nr_drain_busy, 1);
+	}
+
+	/* a task about to trip the watchdog goes before everything else (see rescue_starved) */
+	now = pyl_now();
+	if (now - shared.rescue_scan_at >= RESCUE_PERIOD_NS) {
+		shared.rescue_scan_at = now;
+		if (rescue_starved(cpu_dsq(cpu), now) + rescue_starved(SHARED_DSQ, now) > 0)
+			return;
 	}
 
 	/*

@@ -48,6 +48,7 @@ struct pyland_config {
 	__u32 builtin_idle;	/* 1: select_cpu picks an idle CPU and dispatches there directly */
 	__u64 timer_ns;		/* heartbeat period of the watchdog-keeping timer */
 	__u64 max_backlog;	/* records user space may be behind before BPF schedules new ones itself */
+	__u64 starve_ns;	/* a task waiting this long in a DSQ is run next, whatever its deadline */
 };
 
 /* why the scheduler left, copied from struct scx_exit_info in ops.exit */
@@ -71,7 +72,7 @@ struct pyland_shared {
 	__u64 nr_bounced;		/* decisions whose CPU the task may not use -> shared DSQ */
 	__u64 nr_ring_full;		/* `queued` full -> task inserted into the shared DSQ by BPF */
 	__u64 nr_backlog;		/* user space max_backlog records behind -> same fallback */
-	__u64 nr_kthread;		/* per-CPU kthreads, kswapd, kcompactd, khugepaged run directly */
+	__u64 nr_kthread;		/* kthreads (per-CPU, unbound, kswapd, kcompactd...) run directly */
 	__u64 nr_direct;		/* builtin_idle: dispatched to an idle CPU from select_cpu */
 	__u64 nr_preempt_kicks;		/* decisions with PREEMPT that kicked their CPU */
 	__u64 nr_drain_busy;		/* drain found another CPU draining (it drains for us) */
@@ -80,6 +81,8 @@ struct pyland_shared {
 	__u64 nr_tick_yields;		/* tick made a task yield so the waiting scheduler could run */
 	__u64 nr_enabled;		/* tasks currently in the sched_ext class under pyland */
 	__u64 usersched_last_run_at;	/* ns, scx_bpf_now() when the scheduler last started */
+	__u64 nr_rescued;		/* tasks run out of deadline order because they waited starve_ns */
+	__u64 rescue_scan_at;		/* ns, last starvation scan (at most one per RESCUE_PERIOD_NS) */
 	/* written by user space */
 	__u64 nr_consumed;		/* records read from `queued` */
 	__u64 nr_scheduled;		/* tasks read but whose decision is not yet written (the pool) */

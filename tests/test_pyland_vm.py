@@ -98,13 +98,13 @@ class Raising(FifoPolicy):
     def decide(self, task, decision):
         if task.pid < 2_000_000_000:  # real tasks only: the validation call uses synthetic pids
             Raising.calls += 1
-            if Raising.calls > 200:
+            if Raising.calls > 20:
                 raise RuntimeError("policy bug on purpose")
         super().decide(task, decision)
 
 POLICY = Raising
 EOF
-( stress-ng --cpu 2 --timeout 20s >/dev/null 2>&1 & )
+( stress-ng --cpu 2 --sleep 1 --fork 1 --timeout 20s >/dev/null 2>&1 & )
 timeout 120 scxctl --log-format json run --policy /tmp/raising.py --stats-interval 0 >"$R/run4.log" 2>&1
 echo $? >"$R/run4.rc"
 wait_state disabled 30

@@ -21,8 +21,8 @@ MSG_LEN = 1024
 TASK = struct.Struct("=iiIIQQQQQQ16s")
 # struct pyland_decision: pid, cpu, flags, slice_ns, deadline, vtime, enq_cnt
 DECISION = struct.Struct("=iiQQQQQ")
-# struct pyland_config (.rodata): slice_ns, usersched_tgid, builtin_idle, timer_ns, max_backlog
-CONFIG = struct.Struct("=QIIQQ")
+# struct pyland_config (.rodata): slice_ns, usersched_tgid, builtin_idle, timer_ns, max_backlog, starve_ns
+CONFIG = struct.Struct("=QIIQQQ")
 
 # struct pyland_shared (.bss): u64 counters in this order, then struct pyland_exit_info
 SHARED_COUNTERS = (
@@ -43,6 +43,8 @@ SHARED_COUNTERS = (
     "nr_tick_yields",
     "nr_enabled",
     "usersched_last_run_at",
+    "nr_rescued",
+    "rescue_scan_at",
     # written by user space
     "nr_consumed",
     "nr_scheduled",
@@ -57,4 +59,4 @@ EXIT_OFFSET = 8 * len(SHARED_COUNTERS)
 EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")
 SHARED_SIZE = EXIT_OFFSET + EXIT_INFO.size
 
-assert TASK.size == 80 and DECISION.size == 48 and CONFIG.size == 32 and SHARED_SIZE == 1320
+assert TASK.size == 80 and DECISION.size == 48 and CONFIG.size == 40 and SHARED_SIZE == 1336

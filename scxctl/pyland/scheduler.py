@@ -52,6 +52,7 @@ class RunOptions:
     partial: bool = False
     stats_interval: float = 5.0  # 0: no periodic summary
     max_backlog: int = 1024  # records Python may be behind before BPF schedules new tasks itself
+    starve_ms: int = 1000  # a task waiting this long in a DSQ runs next, whatever its deadline
     allow_stale: bool = False
     attach_timeout: float = 10.0  # seconds for sysfs to show pyland enabled after attach
     exit_timeout: float = 5.0  # seconds to wait for ops.exit after detaching
@@ -134,7 +135,7 @@ class Scheduler:
         obj = BpfObject.open(path, sysroot=o.sysroot)
         self.obj = obj
         obj.set_rodata_bytes(0, CONFIG.pack(popts.min_slice_ns, os.getpid(), int(o.builtin_idle), TIMER_NS,
-                                            o.max_backlog))
+                                            o.max_backlog, o.starve_ms * NSEC_PER_MSEC))
         obj.map(OPS_MAP if o.partial else PARTIAL_OPS_MAP).set_autocreate(False)
         obj.load()
         self.shared = SharedState(obj.map(".bss").initial_value())
