@@ -313,7 +313,7 @@ out:
  * RESCUE_PERIOD_NS one dispatch scans up to RESCUE_SCAN_MAX tasks from the tail of a DSQ and runs up to
  * RESCUE_MAX that have waited starve_ns, so the policy's ordering cannot turn into a watchdog ejection.
  */
-static int rescue_starved(u64 dsq_id, u64 now)
+static int rescue_starved(u64 dsq_id, u64 now, s32 this_cpu)
 {
 	struct task_struct *p;
 	int scanned = 0, rescued = 0;
@@ -321,7 +321,14 @@ static int rescue_starved(u64 dsq_id, u64 now)
 	bpf_for_each(scx_dsq, p, dsq_id, pyl_dsq_iter_rev()) {
 		struct task_ctx *tctx = lookup_task_ctx(p);
 
-		if (tctx && now - tctx->dsq_at >= cfg.starve_ns && pyl_dsq_move(&___it, p, SCX_DSQ_LOCAL)) {
+		/*
+		 * Only to a CPU the task may use: moving it to a local DSQ it is not allowed on (or while
+		 * it is migration-disabled) is a scheduler error the kernel ejects us for.
+		 */
+		if (tctx && now - tctx->dsq_at >= cfg.starve_ns &&
+		    bpf_cpumask_test_cpu(this_cpu, p->cpus_ptr) &&
+		    (!bpf_core_field_exists(p->migration_disabled) || !BPF_CORE_READ(p, migration_disabled)) &&
+		    pyl_dsq_move(&___it, p, SCX_DSQ_LOCAL)) {
 			__sync_fetch_and_add(&shared.nr_rescued, 1);
 			if (++rescued >= RESCUE_MAX)
 				break;
@@ -353,7 +360,7 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 	now = pyl_now();
 	if (now - shared.rescue_scan_at >= RESCUE_PERIOD_NS) {
 		shared.rescue_scan_at = now;
-		if (rescue_starved(cpu_dsq(cpu), now) + rescue_starved(SHARED_DSQ, now) > 0)
+		if (rescue_starved(cpu_dsq(cpu), now, cpu) + rescue_starved(SHARED_DSQ, now, cpu) > 0)
 			return;
 	}
 
