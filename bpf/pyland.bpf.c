@@ -28,8 +28,8 @@ char _license[] SEC("license") = "GPL";
 #define USERSCHED_SLICE_NS	(20ULL * 1000 * 1000)	/* bounded: a runaway policy cannot own a CPU */
 #define NR_QUEUED_RECORDS	4096
 #define RESCUE_PERIOD_NS	(20ULL * 1000 * 1000)
-#define RESCUE_SCAN_MAX		512
-#define RESCUE_MAX		4
+#define RESCUE_SCAN_MAX		32
+#define RESCUE_MAX		1
 
 /* Set by user space before load (see struct pyland_config); the only variable in .rodata. */
 const volatile struct pyland_config cfg = {

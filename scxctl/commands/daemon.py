@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
 import typer
@@ -17,6 +16,8 @@ def daemon(ctx: typer.Context) -> None:
 
     Logs JSON lines to stdout (the journal) and to the rotating daemon log file.
     """
+    import asyncio
+
     from scxctl.cli import global_options
     from scxctl.daemon.service import Daemon
 
