@@ -195,7 +195,7 @@ def test_kvm_verdict_is_cached_per_key_and_env_overrides(
 
 def test_kernel_config_parsing_and_requirements() -> None:
     text = "CONFIG_SCHED_CLASS_EXT=y\n# CONFIG_DEBUG_INFO_BTF is not set\nCONFIG_LOCALVERSION=\"\"\n"
-    opts = kernel.parse_config(text)
+    opts = kernel.parse_kconfig(text)
     assert opts["CONFIG_SCHED_CLASS_EXT"] == "y"
     assert opts["CONFIG_DEBUG_INFO_BTF"] == "n"
     missing = kernel.missing_options(opts)

@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from scxctl.doctor.checks_kernel import parse_kconfig
 from scxctl.fsutil import atomic_write_bytes, atomic_write_text
 from scxctl.log import get_logger
 from tools.vm import config
@@ -70,19 +71,6 @@ class Candidate:
         names = [alt.strip().split(" ")[0] for dep in self.depends.split(",") for alt in dep.split("|")]
         wanted = tuple(f"linux-{kind}-{self.abi}-{config.KERNEL_FLAVOUR}" for kind in ("binary", "base"))
         return [n for n in names if n in wanted]
-
-
-def parse_config(text: str) -> dict[str, str]:
-    """Kernel .config text -> {option: value}; `# CONFIG_X is not set` becomes "n"."""
-    opts: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("CONFIG_") and "=" in line:
-            key, _, value = line.partition("=")
-            opts[key] = value.strip('"')
-        elif line.startswith("# CONFIG_") and line.endswith(" is not set"):
-            opts[line[2:].split(" ")[0]] = "n"
-    return opts
 
 
 def missing_options(opts: dict[str, str]) -> list[str]:
@@ -140,7 +128,7 @@ def boot_image(info: KernelInfo) -> Path:
     elf = d / "vmlinux"
     if elf.is_file():
         return elf
-    if parse_config((d / "config").read_text()).get("CONFIG_PVH") == "y":
+    if parse_kconfig((d / "config").read_text()).get("CONFIG_PVH") == "y":
         data = extract_vmlinux((d / "vmlinuz").read_bytes())
         if data is not None:
             atomic_write_bytes(elf, data)
@@ -190,7 +178,7 @@ def _try(apt: PrivateApt, cand: Candidate, work: Path) -> KernelInfo | None:
     if cfg is None or image is None:
         log.warning("kernel package without config or vmlinuz", package=cand.package)
         return None
-    missing = missing_options(parse_config(cfg.read_text()))
+    missing = missing_options(parse_kconfig(cfg.read_text()))
     if missing:
         log.info("kernel rejected", package=cand.package, version=cand.version, missing=missing)
         return None
