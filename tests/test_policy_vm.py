@@ -107,7 +107,9 @@ def test_policy_counters_reach_the_summary_lines(guest: Path, name: str) -> None
     assert len(stats) >= 3, read(guest, f"{name}.log")[-2000:]
     values = [s[counter] for s in stats]
     assert values == sorted(values)
-    assert values[-1] > values[0] > 0
+    # the first line may come before the stress starts: an idle guest's wake-ups all find an idle CPU
+    # and are dispatched by BPF (builtin_idle), so only growth under load is required
+    assert values[-1] > values[0] >= 0
 
 
 def test_policies_run_under_the_guest_python(guest: Path) -> None:

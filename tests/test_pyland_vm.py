@@ -104,9 +104,12 @@ class Raising(FifoPolicy):
 
 POLICY = Raising
 EOF
-( stress-ng --cpu 2 --sleep 1 --fork 1 --timeout 20s >/dev/null 2>&1 & )
+# The load must outlast pyland's start-up (20+ s under TCG): on an idle guest every wake-up finds an
+# idle CPU and is dispatched by BPF directly, so the policy would never be called.
+( stress-ng --cpu 2 --sleep 1 --fork 1 --timeout 110s >/dev/null 2>&1 & )
 timeout 120 scxctl --log-format json run --policy /tmp/raising.py --stats-interval 0 >"$R/run4.log" 2>&1
 echo $? >"$R/run4.rc"
+pkill stress-ng
 wait_state disabled 30
 snap after_raising
 echo ok >"$R/alive_after_raising.txt"
