@@ -104,11 +104,13 @@ class Raising(FifoPolicy):
 
 POLICY = Raising
 EOF
-# The load must outlast pyland's start-up (20+ s under TCG): on an idle guest every wake-up finds an
-# idle CPU and is dispatched by BPF directly, so the policy would never be called.
-( stress-ng --cpu 2 --sleep 1 --fork 1 --timeout 110s >/dev/null 2>&1 & )
-timeout 120 scxctl --log-format json run --policy /tmp/raising.py --stats-interval 0 >"$R/run4.log" 2>&1
-echo $? >"$R/run4.rc"
+# Load starts once pyland is enabled (start-up takes 20+ s under TCG): on an idle guest every wake-up
+# finds an idle CPU and is dispatched by BPF directly, so the policy would never be called.
+timeout 150 scxctl --log-format json run --policy /tmp/raising.py --stats-interval 0 >"$R/run4.log" 2>&1 &
+p4=$!
+wait_state enabled 90
+stress-ng --cpu 2 --sleep 1 --fork 1 --timeout 40s >/dev/null 2>&1 &
+wait $p4; echo $? >"$R/run4.rc"
 pkill stress-ng
 wait_state disabled 30
 snap after_raising
