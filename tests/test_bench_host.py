@@ -125,8 +125,11 @@ def test_convergence_follows_schtest(full_run: dict[str, Any]) -> None:
     for name in ("adaptive_priority", "fairness"):
         ms = _test(full_run, name)["measurements"]
         assert ms[0]["iters"] == 1
-        assert [m["counted"] for m in ms] == [m["elapsed_s"] >= MIN_T for m in ms]
-        assert ms[-1]["elapsed_s"] > MAX_T and all(m["elapsed_s"] <= MAX_T for m in ms[:-1])
+        for m in ms:
+            # elapsed_s is rounded to 0.1 ms in the report; counted was decided on the exact value.
+            if abs(m["elapsed_s"] - MIN_T) > 1e-4:
+                assert m["counted"] == (m["elapsed_s"] >= MIN_T), m
+        assert ms[-1]["elapsed_s"] >= MAX_T - 1e-4 and all(m["elapsed_s"] <= MAX_T for m in ms[:-1])
         assert _test(full_run, name)["final"] == ms[-1]
         assert _test(full_run, name)["metric"] == ms[-1]["metric"]
 
