@@ -1,3 +1,24 @@
-from scxctl.cli import main
+"""Entry point of `scxctl` and `python -m scxctl`.
 
-main()
+Importing the CLI takes a noticeable moment on a loaded machine; a Ctrl-C in that window (or while
+Typer parses the arguments) must end like any other interrupted command: one line, exit 130, no
+traceback. Once a command runs, the CLI group handles interrupts itself.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    try:
+        from scxctl.cli import main as cli_main
+
+        cli_main()
+    except KeyboardInterrupt:
+        print("scxctl: error: interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

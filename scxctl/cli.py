@@ -1,13 +1,22 @@
-"""The `scxctl` command line: global options, error handling, and the command list."""
+"""The `scxctl` command line: global options, error handling, and the command list.
+
+Command modules are imported only when their command runs or shows its own help: the root group
+lists them from a static table, so `scxctl status` pays for Typer and a socket round trip, not for
+Rich tables, the bench library or the pyland loader.
+"""
 
 from __future__ import annotations
 
 import enum
+import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import typer
-from typer.core import TyperGroup
+import typer.main
+from typer.core import TyperCommand, TyperGroup
 
 from scxctl import __version__
 from scxctl import log as logsetup
@@ -15,8 +24,125 @@ from scxctl.errors import ExitCode, ScxctlError
 from scxctl.ui import report_error
 
 
+@dataclass(frozen=True)
+class LazyCommand:
+    """A root command known by name and help without importing its module.
+
+    `help` must equal the first paragraph of the command's own help (tests/test_cli_lazy.py checks);
+    `module` has `register(app: typer.Typer)`, which may register several of the table's commands.
+    """
+
+    name: str
+    module: str
+    help: str
+
+
+# Help order. Add a command here (not by importing its module in this file) to keep start-up cheap.
+COMMANDS: tuple[LazyCommand, ...] = (
+    LazyCommand(
+        "doctor",
+        "scxctl.commands.doctor",
+        "Check the kernel, privileges, libbpf and toolchain for running sched_ext schedulers.",
+    ),
+    LazyCommand(
+        "run",
+        "scxctl.commands.run",
+        "Run pyland (scheduling decisions in Python) in the foreground; Ctrl-C or SIGTERM detaches it.",
+    ),
+    LazyCommand(
+        "enable",
+        "scxctl.commands.lifecycle",
+        "Run a scheduler under the daemon (started if needed) and keep it running across failures and boots.",
+    ),
+    LazyCommand(
+        "switch",
+        "scxctl.commands.lifecycle",
+        "Change the running scheduler or its mode (scheduler name or --mode required).",
+    ),
+    LazyCommand(
+        "disable",
+        "scxctl.commands.lifecycle",
+        "Stop the daemon's scheduler and return to the kernel's default scheduler (remembered across boots).",
+    ),
+    LazyCommand(
+        "status",
+        "scxctl.commands.lifecycle",
+        "What runs now, from the kernel's point of view, and what the daemon wants and did.",
+    ),
+    LazyCommand(
+        "list",
+        "scxctl.commands.lifecycle",
+        "Schedulers the daemon may run (pyland and the config's allow-list) and the modes.",
+    ),
+    LazyCommand(
+        "logs",
+        "scxctl.commands.logs",
+        "Show the daemon's log: every lifecycle event with scheduler, pid and reason.",
+    ),
+    LazyCommand(
+        "daemon",
+        "scxctl.commands.daemon",
+        "Supervise the desired scheduler and serve the control socket until SIGTERM/SIGINT (exit 0).",
+    ),
+    LazyCommand(
+        "bench",
+        "scxctl.commands.bench",
+        "schtest-style scheduler tests (adaptive-priority, fairness), one scheduler or side by side.",
+    ),
+)
+
+
+def load_commands(module: str) -> dict[str, Any]:
+    """The commands a module registers, as Typer builds them (the same objects as if eager)."""
+    sub = typer.Typer()
+    importlib.import_module(module).register(sub)
+    return dict(typer.main.get_group(sub).commands)
+
+
 class _ScxctlGroup(TyperGroup):
-    """Turns ScxctlError and Ctrl-C into one line on stderr and a documented exit code."""
+    """Turns ScxctlError and Ctrl-C into one line on stderr and a documented exit code.
+
+    Commands in `lazy` are listed from the table and built only when resolved for running or for
+    their own help; the group's own help and shell completion of command names use stand-ins that
+    carry the table's help text (the click "LazyGroup" pattern).
+    """
+
+    lazy: ClassVar[tuple[LazyCommand, ...]] = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._loaded: dict[str, dict[str, Any]] = {}
+        self._listing = False
+
+    @contextmanager
+    def _listing_only(self) -> Iterator[None]:
+        previous, self._listing = self._listing, True
+        try:
+            yield
+        finally:
+            self._listing = previous
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        names = [c.name for c in self.lazy]
+        return names + [n for n in super().list_commands(ctx) if n not in names]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        entry = next((c for c in self.lazy if c.name == cmd_name), None)
+        if entry is None:
+            return super().get_command(ctx, cmd_name)
+        if self._listing:
+            return TyperCommand(name=entry.name, help=entry.help)
+        if entry.module not in self._loaded:
+            self._loaded[entry.module] = load_commands(entry.module)
+        return self._loaded[entry.module][entry.name]
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        with self._listing_only():
+            super().format_help(ctx, formatter)
+
+    def shell_complete(self, ctx: Any, incomplete: str) -> Any:
+        with self._listing_only():
+            return super().shell_complete(ctx, incomplete)
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -27,6 +153,10 @@ class _ScxctlGroup(TyperGroup):
         except KeyboardInterrupt:
             report_error(ScxctlError("interrupted", ExitCode.INTERRUPTED))
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+
+
+class _RootGroup(_ScxctlGroup):
+    lazy = COMMANDS
 
 
 class LogFormatChoice(enum.StrEnum):
@@ -44,7 +174,7 @@ class GlobalOptions:
 
 app = typer.Typer(
     name="scxctl",
-    cls=_ScxctlGroup,
+    cls=_RootGroup,
     help="Run, manage and measure sched_ext schedulers, including pyland (scheduling decisions in Python).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -88,24 +218,6 @@ def _global(
 def global_options(ctx: typer.Context) -> GlobalOptions:
     root = ctx.find_root()
     return root.obj if isinstance(root.obj, GlobalOptions) else GlobalOptions()
-
-
-# Each command module registers itself; keep this list in help order.
-from scxctl.commands import (  # noqa: E402
-    bench,
-    doctor,
-    lifecycle,
-    logs,
-)
-from scxctl.commands import daemon as daemon_cmd  # noqa: E402
-from scxctl.commands import run as run_cmd  # noqa: E402
-
-doctor.register(app)
-run_cmd.register(app)
-lifecycle.register(app)
-logs.register(app)
-daemon_cmd.register(app)
-bench.register(app)
 
 
 def main() -> None:

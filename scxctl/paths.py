@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import platformdirs
-
 APP = "scxctl"
 
 # variable -> default; the variable wins when set and non-empty
@@ -62,6 +60,8 @@ def control_socket() -> Path:
 
 def user_data_dir() -> Path:
     """Per-user data (bench results); honours XDG_DATA_HOME through platformdirs."""
+    import platformdirs  # here, not at the top: `scxctl status` needs paths but not this (~10 ms)
+
     return _env_path("SCXCTL_DATA_DIR", platformdirs.user_data_path(APP))
 
 

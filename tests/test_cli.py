@@ -20,13 +20,31 @@ from scxctl.cli import _ScxctlGroup, app
 from scxctl.errors import ExitCode, PermissionDenied, ScxctlError
 
 REPO = Path(__file__).resolve().parent.parent
-runner = CliRunner()
+
+
+def _runner() -> CliRunner:
+    """stdout and stderr captured apart on every Typer/Click: Click < 8.2 (Debian's typer 0.15) mixes
+    them unless told not to, and Click >= 8.2 has no such switch (it always keeps both)."""
+    try:
+        return CliRunner(mix_stderr=False)  # type: ignore[call-arg]
+    except TypeError:
+        return CliRunner()
+
+
+runner = _runner()
+
+
+def _both(r: Any) -> str:
+    return f"{r.stdout}{r.stderr}"
 
 
 def _command_paths(cmd: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command path, through the groups' own listing (the root group resolves commands lazily)."""
     paths = [prefix]
-    for name, sub in sorted(getattr(cmd, "commands", {}).items()):
-        paths += _command_paths(sub, (*prefix, name))
+    if hasattr(cmd, "list_commands"):
+        ctx = typer.Context(cmd)
+        for name in cmd.list_commands(ctx):
+            paths += _command_paths(cmd.get_command(ctx, name), (*prefix, name))
     return paths
 
 
@@ -48,7 +66,7 @@ def test_doctor_is_listed_in_help() -> None:
 @pytest.mark.parametrize("path", ALL_COMMANDS, ids=lambda p: " ".join(p) or "scxctl")
 def test_help_for_every_command(path: tuple[str, ...]) -> None:
     r = runner.invoke(app, [*path, "--help"])
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 0, _both(r)
     assert "Usage:" in r.stdout
     assert "not implemented" not in r.stdout.lower()
 
@@ -59,7 +77,7 @@ def test_help_for_every_command(path: tuple[str, ...]) -> None:
 def test_usage_errors_exit_2(args: list[str]) -> None:
     r = runner.invoke(app, args)
     assert r.exit_code == int(ExitCode.USAGE)
-    assert "Traceback" not in r.output
+    assert "Traceback" not in _both(r)
 
 
 def _env(root: Path) -> dict[str, str]:
@@ -95,7 +113,7 @@ def test_garbage_and_unreadable_files_give_results_not_tracebacks(tmp_path: Path
     fake.invalid_utf8("/sys/kernel/sched_ext/root/ops")
     fake.write("/sys/kernel/btf/vmlinux", b"\x9f\xeb\x01\x00" + b"\xff" * 40)
     r = runner.invoke(app, ["doctor", "--json"], env=_env(fake.root))
-    assert "Traceback" not in r.output
+    assert "Traceback" not in _both(r)
     checks = {c["id"]: c for c in json.loads(r.stdout)["checks"]}
     assert checks["kernel.config_sched_ext"]["status"] == "warn"
     assert "not valid gzip" in checks["kernel.config_sched_ext"]["finding"]
@@ -162,7 +180,7 @@ def test_errors_are_one_line_and_a_documented_code(exc: BaseException, code: Exi
     assert r.exit_code == int(code)
     lines = r.stderr.splitlines()
     assert lines[0].startswith("scxctl: error: ")
-    assert "Traceback" not in r.output
+    assert "Traceback" not in _both(r)
     if getattr(exc, "hint", None):
         assert lines[1] == "scxctl: hint: run with sudo"
 
@@ -203,3 +221,21 @@ def test_real_doctor_json_pipes_into_json_tool() -> None:
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["schema"] == 1
+
+
+def test_ctrl_c_before_a_command_runs_is_one_line_and_exit_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C while the CLI is still importing or parsing: no traceback, the documented 130."""
+    import scxctl.__main__ as entry
+    import scxctl.cli
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(scxctl.cli, "main", interrupted)
+    with pytest.raises(SystemExit) as exc:
+        entry.main()
+    assert exc.value.code == 130
+    err = capsys.readouterr().err
+    assert err == "scxctl: error: interrupted\n"

@@ -1,4 +1,8 @@
-"""`scxctl enable|switch|disable|status|list`: talk to the daemon, render its answer."""
+"""`scxctl enable|switch|disable|status|list`: talk to the daemon, render its answer.
+
+On the `scxctl status` path: keep module-level imports to the socket client and sysfs (no Rich, no
+daemon internals); output goes through ui.line, which imports Rich only for a terminal.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,6 @@ from scxctl import ui
 from scxctl.daemon import client
 from scxctl.daemon.modes import Mode
 from scxctl.errors import ExitCode, ScxctlError, UsageError
-from scxctl.sysfs import read_sched_ext
 
 
 def _ago(ts: float | None) -> str:
@@ -23,26 +26,24 @@ def _ago(ts: float | None) -> str:
 
 def render_status(st: dict[str, Any]) -> None:
     k, d, s, dm = st["kernel"], st["desired"], st["supervisor"], st["daemon"]
-    ui.out.print(f"[bold]{st['summary']}[/bold]")
+    ui.line((st["summary"], "bold"))
     owner = {"scxctl": "managed by scxctl", "other": "NOT managed by scxctl", None: "none loaded"}[k["owner"]]
-    ui.out.print(f"kernel:     sched_ext {k['state'] or 'unavailable'}, ops {k['ops'] or '-'} ({owner})")
+    ui.line(f"kernel:     sched_ext {k['state'] or 'unavailable'}, ops {k['ops'] or '-'} ({owner})")
     want = f"{d['scheduler']} mode {d['mode']}" + (f" policy {d['policy']}" if d["policy"] else "")
-    ui.out.print(
-        f"desired:    {want if d['enabled'] else 'disabled'} (set {_ago(d['updated_at']) or 'never'})"
-    )
-    ui.out.print(
+    ui.line(f"desired:    {want if d['enabled'] else 'disabled'} (set {_ago(d['updated_at']) or 'never'})")
+    ui.line(
         f"supervisor: {s['phase']}, pid {s['pid'] or '-'}, restarts {s['restart_count']}, "
         f"failures in window {s['failures_in_window']}"
     )
     last = s["last_exit"]
     if last:
         msg = f" - {last['message']}" if last.get("message") else ""
-        ui.out.print(f"last exit:  {last['kind']}: {last['reason']}{msg} ({_ago(last['at'])})", markup=False)
+        ui.line(f"last exit:  {last['kind']}: {last['reason']}{msg} ({_ago(last['at'])})")
     if s["gave_up"]:
-        ui.out.print(f"gave up:    {s['gave_up']['reason']}", markup=False)
+        ui.line(f"gave up:    {s['gave_up']['reason']}")
     for key in ("config_error", "state_error"):
         if dm.get(key):
-            ui.out.print(f"[red]{key.replace('_', ' ')}:[/red] {dm[key]}")
+            ui.line((f"{key.replace('_', ' ')}:", "red"), f" {dm[key]}")
 
 
 def status(json_output: bool = typer.Option(False, "--json", help="Print the JSON status document.")) -> None:
@@ -53,6 +54,8 @@ def status(json_output: bool = typer.Option(False, "--json", help="Print the JSO
     try:
         st = client.call("status")
     except client.DaemonUnreachable as exc:
+        from scxctl.sysfs import read_sched_ext
+
         k = read_sched_ext()
         kernel = {
             "sched_ext": k.available,
@@ -63,8 +66,8 @@ def status(json_output: bool = typer.Option(False, "--json", help="Print the JSO
         if json_output:
             ui.print_json({"summary": f"no daemon: {exc.message}", "kernel": kernel, "daemon": None})
         else:
-            ui.out.print(f"daemon:     not running ({exc.message})", markup=False)
-            ui.out.print(f"kernel:     sched_ext {k.state or 'unavailable'}, ops {k.ops or '-'}")
+            ui.line(f"daemon:     not running ({exc.message})")
+            ui.line(f"kernel:     sched_ext {k.state or 'unavailable'}, ops {k.ops or '-'}")
         raise typer.Exit(int(ExitCode.DAEMON_UNREACHABLE)) from None
     if json_output:
         ui.print_json(st)
@@ -79,9 +82,9 @@ def _change(op: str, args: dict[str, Any], auto_start: bool) -> None:
         if not auto_start:
             raise
         how = client.start_daemon()
-        ui.err.print(f"scxctl: started the daemon ({how})")
+        ui.line(f"scxctl: started the daemon ({how})", stderr=True)
         st = client.call(op, args, timeout=client.CHANGE_TIMEOUT_S)
-    ui.out.print(st["summary"], markup=False)
+    ui.line(st["summary"])
 
 
 def enable(
@@ -129,16 +132,16 @@ def list_(json_output: bool = typer.Option(False, "--json", help="Print JSON."))
     if json_output:
         ui.print_json(data)
         return
-    ui.out.print("[bold]schedulers[/bold]")
+    ui.line(("schedulers", "bold"))
     for s in data["schedulers"]:
         default = " (default)" if s["name"] == data["default_scheduler"] else ""
         extra = f"policies: {', '.join(s['policies'])}" if s["kind"] == "pyland" else " ".join(s["command"])
-        avail = "" if s["available"] else " [red]missing[/red]"
-        ui.out.print(f"  {s['name']}{default}: ops {s['ops']}; {extra}{avail}")
-    ui.out.print("[bold]modes[/bold]")
+        avail = "" if s["available"] else " missing"
+        ui.line(f"  {s['name']}{default}: ops {s['ops']}; {extra}", (avail, "red"))
+    ui.line(("modes", "bold"))
     for m in data["modes"]:
         default = " (default)" if m["name"] == data["default_mode"] else ""
-        ui.out.print(f"  {m['name']}{default}: {' '.join(m['pyland_options'])} - {m['why']}", markup=False)
+        ui.line(f"  {m['name']}{default}: {' '.join(m['pyland_options'])} - {m['why']}")
 
 
 def register(app: typer.Typer) -> None:
