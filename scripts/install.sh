@@ -44,7 +44,9 @@ apt-get install -y -q --no-install-recommends "${backports[@]}" libbpf1 libbpf-d
 log "creating .venv with the project"
 python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q -e '.[test]'
+# compat mode: a plain .pth path entry, like an installed package; the default import-hook finder
+# costs every Python start in the venv ~25 ms (measured by benchmarks/status_bench.py)
+.venv/bin/pip install -q -e '.[test]' --config-settings editable_mode=compat
 
 # pyland's BPF object (bpf/build/pyland.bpf.o, with its source hash embedded) and the test programs;
 # make rebuilds only what changed, so re-running is cheap.
