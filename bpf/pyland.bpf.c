@@ -39,6 +39,7 @@ const volatile struct pyland_config cfg = {
 	.timer_ns = 100ULL * 1000 * 1000,
 	.max_backlog = 1024,
 	.starve_ns = 1000ULL * 1000 * 1000,
+	.direct_wake_ns = 20ULL * 1000 * 1000,
 };
 
 /* Counters and exit info shared with user space; the only variable in .bss (offset 0). */
@@ -62,6 +63,10 @@ struct task_ctx {
 	u64 vtime;		/* vruntime from the last decision, echoed to user space */
 	u64 deadline;		/* last DSQ ordering key, reused by the BPF-side fallbacks */
 	u64 dsq_at;		/* when it was last inserted into a per-CPU or the shared DSQ */
+	u64 slice;		/* slice of the last decision, reused by a direct wake-up */
+	u64 direct_gen;		/* enq_cnt of the last wake-up BPF placed itself */
+	u64 wake_gen;		/* enq_cnt of the last wake-up (only its decision moves the grant) */
+	bool latency_critical;	/* the last decision asked for preemption: the direct wake-up grant */
 };
 
 struct {
@@ -70,6 +75,14 @@ struct {
 	__type(key, int);
 	__type(value, struct task_ctx);
 } task_ctx_stor SEC(".maps");
+
+/* per CPU: when ops.dispatch last ran there (bounds how long direct wake-ups can bypass its DSQs) */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_CPUS);
+	__type(key, u32);
+	__type(value, u64);
+} dispatch_at SEC(".maps");
 
 struct heartbeat {
 	struct bpf_timer timer;
@@ -131,6 +144,33 @@ static __always_inline u64 cpu_dsq(s32 cpu)
 	return (u64)cpu;
 }
 
+/*
+ * Direct wake-up grant. A Python round trip costs every wake-up the queue, a scheduler wake-up, a
+ * decision and a drain: under the schtest adaptive_priority load that was the whole fast-wake latency.
+ * When the policy's last decision for a task asked for preemption (it judged the task latency-
+ * critical), BPF places the task's next wake-up itself, at the head of its CPU's local DSQ, and still
+ * publishes the record: the policy sees every wake-up, and its decision for a wake-up placed here
+ * only renews or withdraws the grant (apply_decision), so the policy keeps the last word.
+ *
+ * Local head insertions bypass the per-CPU and shared DSQs, which only ops.dispatch consumes, and
+ * ops.dispatch only runs when the local DSQ runs dry. So the grant holds only while nobody waits
+ * in those DSQs or on a CPU whose dispatch ran within direct_wake_ns (one user-space budget): a
+ * ping-pong of granted tasks cannot keep a waiting task out for longer than that (then their
+ * wake-ups queue like any other).
+ */
+static __always_inline bool direct_wake_allowed(const struct task_ctx *tctx, s32 cpu, u64 enq_flags)
+{
+	u32 key = cpu;
+	u64 *at;
+
+	if (!cfg.direct_wake_ns || !(enq_flags & SCX_ENQ_WAKEUP) || !tctx->latency_critical)
+		return false;
+	if (!scx_bpf_dsq_nr_queued(cpu_dsq(cpu)) && !scx_bpf_dsq_nr_queued(SHARED_DSQ))
+		return true;	/* nobody waits that the insertion could pass */
+	at = bpf_map_lookup_elem(&dispatch_at, &key);
+	return at && pyl_now() - *at < cfg.direct_wake_ns;
+}
+
 s32 BPF_STRUCT_OPS(pyland_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
 {
 	bool is_idle = false;
@@ -153,6 +193,8 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct pyland_task *rec;
 	struct task_ctx *tctx;
+	bool placed = false;
+	s32 cpu;
 
 	if (is_usersched(p)) {
 		/*
@@ -182,6 +224,22 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	 * change) is recognised in dispatch and dropped instead of being applied twice.
 	 */
 	tctx->enq_cnt++;
+	if (enq_flags & SCX_ENQ_WAKEUP)
+		tctx->wake_gen = tctx->enq_cnt;
+
+	cpu = scx_bpf_task_cpu(p);
+	if (direct_wake_allowed(tctx, cpu, enq_flags)) {
+		/*
+		 * Head of the local DSQ of the CPU the task is enqueued on. A remote CPU is preempted;
+		 * on this CPU the current task is usually the waker, which is about to block anyway.
+		 */
+		tctx->direct_gen = tctx->enq_cnt;
+		pyl_dsq_insert(p, SCX_DSQ_LOCAL, tctx->slice ?: cfg.slice_ns,
+			       enq_flags | SCX_ENQ_HEAD |
+			       (cpu != bpf_get_smp_processor_id() ? SCX_ENQ_PREEMPT : 0));
+		__sync_fetch_and_add(&shared.nr_direct_wakes, 1);
+		placed = true;
+	}
 
 	/*
 	 * Overload: a task queued behind max_backlog others waits for all of them to be decided (about
@@ -201,7 +259,7 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 		goto fallback;
 	}
 	rec->pid = p->pid;
-	rec->cpu = scx_bpf_task_cpu(p);
+	rec->cpu = cpu;
 	rec->nr_cpus_allowed = p->nr_cpus_allowed;
 	rec->flags = (u32)enq_flags;
 	rec->start_ts = tctx->start_ts;
@@ -223,6 +281,8 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	return;
 
 fallback:
+	if (placed)
+		return;	/* a direct wake-up is already placed; only the policy's view of it is lost */
 	/* the shared DSQ with the task's last deadline: it runs on the first CPU that looks */
 	tctx->dsq_at = pyl_now();
 	pyl_dsq_insert_vtime(p, SHARED_DSQ, cfg.slice_ns, tctx->deadline, enq_flags);
@@ -262,6 +322,18 @@ static long apply_decision(struct bpf_dynptr *dynptr, void *ctx)
 	tctx->vtime = d->vtime;
 	tctx->deadline = d->deadline;
 	slice = d->slice_ns ?: cfg.slice_ns;	/* R5 */
+	tctx->slice = slice;
+	/*
+	 * The grant follows the policy's answer to a wake-up: preemption is a wake-up notion, and a
+	 * decision for a preempted or slice-expired task (no PREEMPT asked) must not withdraw it.
+	 */
+	if (d->enq_cnt == tctx->wake_gen)
+		tctx->latency_critical = d->flags & PYLAND_DECISION_PREEMPT;
+	if (tctx->direct_gen == d->enq_cnt) {
+		/* the wake-up was placed by direct_wake_allowed(): this decision only renews the grant */
+		__sync_fetch_and_add(&shared.nr_wake_updates, 1);
+		goto release;
+	}
 	target = d->cpu;
 
 	if (p->nr_cpus_allowed == 1) {
@@ -342,8 +414,13 @@ static int rescue_starved(u64 dsq_id, u64 now, s32 this_cpu)
 void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 {
 	bool after_usersched = prev && is_usersched(prev);
+	u32 key = cpu;
 	long drained;
-	u64 now;
+	u64 now, *at;
+
+	at = bpf_map_lookup_elem(&dispatch_at, &key);
+	if (at)
+		*at = pyl_now();	/* direct_wake_allowed(): this CPU's DSQs are being looked at */
 
 	/*
 	 * R3 (1): finished decisions first. Running the scheduler before its decisions were applied

@@ -10,7 +10,8 @@
 
 #define PYLAND_OPS_NAME		"pyland"
 #define PYLAND_CPU_ANY		(-1)	/* decision.cpu: any CPU -> shared DSQ */
-#define PYLAND_DECISION_PREEMPT	1ULL	/* decision.flags: kick the target CPU with SCX_KICK_PREEMPT */
+#define PYLAND_DECISION_PREEMPT	1ULL	/* decision.flags: latency-critical: kick the target CPU with
+					 * SCX_KICK_PREEMPT, and grant direct wake-ups (see pyland.bpf.c) */
 #define PYLAND_COMM_LEN		16
 #define PYLAND_REASON_LEN	128
 #define PYLAND_MSG_LEN		1024
@@ -49,6 +50,8 @@ struct pyland_config {
 	__u64 timer_ns;		/* heartbeat period of the watchdog-keeping timer */
 	__u64 max_backlog;	/* records user space may be behind before BPF schedules new ones itself */
 	__u64 starve_ns;	/* a task waiting this long in a DSQ is run next, whatever its deadline */
+	__u64 direct_wake_ns;	/* 0: off; else direct wake-ups of latency-critical tasks, allowed on
+				 * a CPU whose ops.dispatch ran within this window */
 };
 
 /* why the scheduler left, copied from struct scx_exit_info in ops.exit */
@@ -83,6 +86,8 @@ struct pyland_shared {
 	__u64 usersched_last_run_at;	/* ns, scx_bpf_now() when the scheduler last started */
 	__u64 nr_rescued;		/* tasks run out of deadline order because they waited starve_ns */
 	__u64 rescue_scan_at;		/* ns, last starvation scan (at most one per RESCUE_PERIOD_NS) */
+	__u64 nr_direct_wakes;		/* wake-ups placed by BPF under the policy's latency grant */
+	__u64 nr_wake_updates;		/* decisions for those wake-ups: grant/vtime updated, not placed */
 	/* written by user space */
 	__u64 nr_consumed;		/* records read from `queued` */
 	__u64 nr_scheduled;		/* tasks read but whose decision is not yet written (the pool) */

@@ -120,22 +120,12 @@ def test_side_by_side_table(guest: Any, test: str) -> None:
     assert "harness floor" in text
 
 
-# Known failure, kept visible rather than weakened: in the TCG guest pyland measured 0.92 (pass < 0.50)
-# and fairness 0.594 (pass >= 0.60) on 2026-11-29; issue #6 stays open until these pass.
-_PYLAND_MISSES = pytest.mark.xfail(
-    reason="pyland misses schtest's thresholds in the TCG guest (0.92 vs < 0.50, 0.594 vs >= 0.60)",
-    strict=False,
-)
-
-
-@_PYLAND_MISSES
 def test_pyland_passes_adaptive_priority(guest: Any) -> None:
     report = _report(guest, "adaptive-priority")
     t = _run(report, "pyland")["tests"][0]
     assert t["status"] == "pass" and t["metric"] < 0.50, _figures(report)
 
 
-@_PYLAND_MISSES
 def test_pyland_passes_fairness(guest: Any) -> None:
     report = _report(guest, "fairness")
     t = _run(report, "pyland")["tests"][0]

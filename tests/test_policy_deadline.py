@@ -6,7 +6,12 @@ import random
 
 import pytest
 
-from scxctl.pyland.policies.deadline import BURST_CAP_BUDGETS, BURST_SLOTS, DeadlinePolicy
+from scxctl.pyland.policies.deadline import (
+    BOOST_BUDGET_DIVISOR,
+    BURST_CAP_BUDGETS,
+    BURST_SLOTS,
+    DeadlinePolicy,
+)
 from scxctl.pyland.policies.emulate import EmulatedTask, enqueue
 from scxctl.pyland.policies.loader import check_decision
 from scxctl.pyland.policy import (
@@ -76,14 +81,27 @@ def test_long_burst_waker_is_not_boosted() -> None:
     assert policy.stats()["boosted"] == 1  # only its very first wake-up, before any history
 
 
-def test_wake_up_boost_threshold_is_one_bpf_slice() -> None:
+def test_wake_up_boost_threshold_is_a_quarter_budget() -> None:
     policy = DeadlinePolicy(OPTS)
+    bound = OPTS.slice_ns // BOOST_BUDGET_DIVISOR
+    assert bound == 5 * MS
     short, longer = EmulatedTask(1), EmulatedTask(2)
-    run_waker(policy, short, 0, 8, OPTS.min_slice_ns)
-    run_waker(policy, longer, 0, 8, OPTS.min_slice_ns + 50 * US)
+    run_waker(policy, short, 0, 8, bound)
+    run_waker(policy, longer, 0, 8, bound + 50 * US)
     assert enqueue(policy, short, wakeup=True).preempt is True
     assert enqueue(policy, longer, wakeup=True).preempt is False
     assert enqueue(policy, short, wakeup=False).preempt is False  # no boost without a wake-up
+
+
+def test_boosted_slice_covers_twice_the_burst_within_bpf_slice_and_budget() -> None:
+    policy = DeadlinePolicy(OPTS)
+    tiny, mid, hog = EmulatedTask(1), EmulatedTask(2), EmulatedTask(3)
+    run_waker(policy, tiny, 0, 8, 100 * US)
+    run_waker(policy, mid, 0, 8, 3 * MS)
+    assert enqueue(policy, tiny, wakeup=True).slice_ns == OPTS.min_slice_ns  # 2 x 100 us < 1 ms
+    assert enqueue(policy, mid, wakeup=True).slice_ns == 6 * MS
+    _, d = run_hog(policy, hog, 0, 30)
+    assert d.slice_ns == OPTS.min_slice_ns  # not boosted: the BPF slice
 
 
 def test_weight_scales_vruntime_deadline_and_slice() -> None:
@@ -225,6 +243,6 @@ def test_burst_history_smooths_a_change_of_behaviour() -> None:
         boosts.append(enqueue(policy, t, wakeup=True).preempt)
         t.ran(now, now + 100 * US)
         now += 20 * MS
-    # boosts[i] is decided after i short bursts (the average halves towards 100 us each time):
-    # one short burst does not make a hog interactive; four in a row do
-    assert boosts == [False, False, False, False, True, True]
+    # boosts[i] is decided after i short bursts (the average halves towards 100 us each time:
+    # 10, 5.05, 2.6 ms...): one short burst does not make a hog interactive; two in a row do
+    assert boosts == [False, False, True, True, True, True]

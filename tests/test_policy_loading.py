@@ -225,10 +225,10 @@ def test_example_round_robin_rotates_and_scales_slice_by_weight() -> None:
 def test_example_boost_comm_favours_named_tasks() -> None:
     policy = load_policy(str(EXAMPLES / "boost_comm.py"), OPTS)
     plain, favoured = EmulatedTask(1, comm=b"make"), EmulatedTask(2, comm=b"pipewire")
-    for t in (plain, favoured):  # identical history: 5 ms bursts (not boosted by "deadline")
+    for t in (plain, favoured):  # identical history: 8 ms bursts (not boosted by "deadline")
         for i in range(3):
             enqueue(policy, t, wakeup=True)
-            t.ran(i * 10_000_000, i * 10_000_000 + 5_000_000)
+            t.ran(i * 10_000_000, i * 10_000_000 + 8_000_000)
     dp, df = enqueue(policy, plain, wakeup=True), enqueue(policy, favoured, wakeup=True)
     assert dp.preempt is False and df.preempt is True
     assert df.deadline == dp.deadline - OPTS.slice_ns

@@ -80,7 +80,7 @@ def test_config_layout_matches_c() -> None:
     size, members = struct_layout(btf_types(PYLAND_OBJ), "pyland_config")
     assert size == records.CONFIG.size
     assert [m for m, _ in members] == ["slice_ns", "usersched_tgid", "builtin_idle", "timer_ns",
-                                       "max_backlog", "starve_ns"]
+                                       "max_backlog", "starve_ns", "direct_wake_ns"]
     assert [off for _, off in members] == fmt_offsets(records.CONFIG)
 
 
@@ -115,8 +115,10 @@ def test_object_defaults_separate_bpf_slice_from_user_budget() -> None:
     """R5/R8 in the built object: .rodata defaults are a 1 ms BPF slice, builtin_idle on, 100 ms timer."""
     raw = read_section(PYLAND_OBJ, ".rodata")
     assert raw is not None
-    slice_ns, tgid, idle, timer_ns, backlog, starve = records.CONFIG.unpack(raw[: records.CONFIG.size])
+    fields = records.CONFIG.unpack(raw[: records.CONFIG.size])
+    slice_ns, tgid, idle, timer_ns, backlog, starve, direct = fields
     assert (slice_ns, tgid, idle, timer_ns, backlog, starve) == (1_000_000, 0, 1, 100_000_000, 1024, 10**9)
+    assert direct == 20 * slice_ns  # one user-space budget, as RunOptions packs by default
 
 
 def test_ops_name_and_both_struct_ops_maps_exist() -> None:

@@ -6,6 +6,7 @@ Scenarios, in order, each leaving files under /results:
   sigterm  SIGTERM -> exit 0, exit kind UNREG reported, state disabled
   kill9    kill -9 of the scheduler -> the kernel goes back to the fair class, the guest keeps working
   partial  --partial: switch_all 0, only a SCHED_EXT task is under pyland (nr_enabled, /proc/PID/sched)
+  nodirect --no-direct-wake: a futex/pipe/sleep load with no BPF-placed wake-up
   raising  a policy that raises inside decide() at runtime -> reported in one line, exit 1, detached
 Timing under TCG is ~10x slower than on the host: the waits below are generous, nothing is tuned to pass.
 """
@@ -85,6 +86,16 @@ wait $ext $fair
 sleep 2
 kill -TERM $pid
 wait $pid; echo $? >"$R/run3.rc"
+wait_state disabled 30
+
+# --no-direct-wake: a wake-up heavy load, every wake-up through Python ------------------------------
+scxctl --log-format json run --no-direct-wake --stats-interval 1 >"$R/run5.log" 2>&1 &
+pid=$!
+wait_state enabled 90; echo $? >"$R/attach5.rc"
+stress-ng --futex 1 --pipe 1 --sleep 1 --timeout 6s >/dev/null 2>&1
+sleep 1.5
+kill -TERM $pid
+wait $pid; echo $? >"$R/run5.rc"
 wait_state disabled 30
 
 # a policy that raises at runtime --------------------------------------------------------------------
@@ -169,6 +180,21 @@ def test_stress_mix_runs_30s_without_ejection(guest: Path) -> None:
     last = stats[-1]
     assert last["nr_queued"] >= last["consumed"] > 0
     assert last["nr_usersched_runs"] > 0
+    # futex/pipe/sleep threads have short bursts: the policy grants them direct wake-ups, and each
+    # one still reaches Python, whose decision for it only renews the grant
+    assert last["nr_direct_wakes"] > 0
+    assert 0 < last["nr_wake_updates"] <= last["nr_direct_wakes"]
+
+
+def test_no_direct_wake_sends_every_wake_up_through_python(guest: Path) -> None:
+    log = read(guest, "run5.log")
+    assert read(guest, "attach5.rc").strip() == "0", log[-2000:]
+    stats = stats_lines(log)
+    assert stats, log[-2000:]
+    last = stats[-1]
+    assert last["nr_dispatched"] > 0
+    assert last["nr_direct_wakes"] == 0 and last["nr_wake_updates"] == 0
+    assert read(guest, "run5.rc").strip() == "0"
 
 
 def test_sigterm_detaches_and_reports_unreg(guest: Path) -> None:

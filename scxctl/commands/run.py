@@ -17,6 +17,10 @@ class SchedulerChoice(enum.StrEnum):
 
 _POLICY_HELP = "Built-in policy (deadline, fifo) or a Python file defining a Policy subclass."
 _IDLE_HELP = "Let BPF put a waking task straight onto an idle CPU (no Python round trip)."
+_DIRECT_HELP = (
+    "Let BPF place the wake-ups of tasks the policy marked latency-critical (preempt) at once; the "
+    "policy still sees each one and can withdraw the grant."
+)
 _PARTIAL_HELP = "Only schedule tasks that chose SCHED_EXT (policy 7); all others stay on the fair class."
 
 
@@ -28,6 +32,7 @@ def run(
         str, typer.Option("--policy", "-p", metavar="NAME|FILE.py", help=_POLICY_HELP)
     ] = "deadline",
     builtin_idle: Annotated[bool, typer.Option("--builtin-idle/--no-builtin-idle", help=_IDLE_HELP)] = True,
+    direct_wake: Annotated[bool, typer.Option("--direct-wake/--no-direct-wake", help=_DIRECT_HELP)] = True,
     slice_us: Annotated[
         int, typer.Option("--slice-us", min=1, help="User-space scheduling budget in us (vruntime scale).")
     ] = 20_000,
@@ -60,7 +65,8 @@ def run(
 
     if slice_min_us > slice_us:
         raise UsageError(f"--slice-min-us ({slice_min_us}) must not exceed --slice-us ({slice_us})")
-    opts = RunOptions(policy=policy, builtin_idle=builtin_idle, slice_us=slice_us, slice_min_us=slice_min_us,
+    opts = RunOptions(policy=policy, builtin_idle=builtin_idle, direct_wake=direct_wake, slice_us=slice_us,
+                      slice_min_us=slice_min_us,
                       partial=partial, stats_interval=stats_interval, max_backlog=max_backlog,
                       allow_stale=allow_stale,
                       object_path=bpf_object)

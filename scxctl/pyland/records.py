@@ -21,8 +21,9 @@ MSG_LEN = 1024
 TASK = struct.Struct("=iiIIQQQQQQ16s")
 # struct pyland_decision: pid, cpu, flags, slice_ns, deadline, vtime, enq_cnt
 DECISION = struct.Struct("=iiQQQQQ")
-# struct pyland_config (.rodata): slice_ns, usersched_tgid, builtin_idle, timer_ns, max_backlog, starve_ns
-CONFIG = struct.Struct("=QIIQQQ")
+# struct pyland_config (.rodata): slice_ns, usersched_tgid, builtin_idle, timer_ns, max_backlog, starve_ns,
+# direct_wake_ns
+CONFIG = struct.Struct("=QIIQQQQ")
 
 # struct pyland_shared (.bss): u64 counters in this order, then struct pyland_exit_info
 SHARED_COUNTERS = (
@@ -45,6 +46,8 @@ SHARED_COUNTERS = (
     "usersched_last_run_at",
     "nr_rescued",
     "rescue_scan_at",
+    "nr_direct_wakes",
+    "nr_wake_updates",
     # written by user space
     "nr_consumed",
     "nr_scheduled",
@@ -59,4 +62,4 @@ EXIT_OFFSET = 8 * len(SHARED_COUNTERS)
 EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")
 SHARED_SIZE = EXIT_OFFSET + EXIT_INFO.size
 
-assert TASK.size == 80 and DECISION.size == 48 and CONFIG.size == 40 and SHARED_SIZE == 1336
+assert TASK.size == 80 and DECISION.size == 48 and CONFIG.size == 48 and SHARED_SIZE == 1352

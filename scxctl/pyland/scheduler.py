@@ -52,6 +52,7 @@ class RunOptions:
     partial: bool = False
     stats_interval: float = 5.0  # 0: no periodic summary
     max_backlog: int = 1024  # records Python may be behind before BPF schedules new tasks itself
+    direct_wake: bool = True  # latency-critical tasks (the policy's preempt) wake without a round trip
     starve_ms: int = 1000  # a task waiting this long in a DSQ runs next, whatever its deadline
     allow_stale: bool = False
     attach_timeout: float = 10.0  # seconds for sysfs to show pyland enabled after attach
@@ -135,7 +136,8 @@ class Scheduler:
         obj = BpfObject.open(path, sysroot=o.sysroot)
         self.obj = obj
         obj.set_rodata_bytes(0, CONFIG.pack(popts.min_slice_ns, os.getpid(), int(o.builtin_idle), TIMER_NS,
-                                            o.max_backlog, o.starve_ms * NSEC_PER_MSEC))
+                                            o.max_backlog, o.starve_ms * NSEC_PER_MSEC,
+                                            popts.slice_ns if o.direct_wake else 0))
         obj.map(OPS_MAP if o.partial else PARTIAL_OPS_MAP).set_autocreate(False)
         obj.load()
         self.shared = SharedState(obj.map(".bss").initial_value())
@@ -143,7 +145,8 @@ class Scheduler:
         writer = open_writer(obj.map("dispatched").fd)
         self.loop = SchedulerLoop(reader, writer, self.shared, policy)
         log.info("pyland loaded", object=str(path), policy=policy.name, partial=o.partial,
-                 builtin_idle=o.builtin_idle, slice_us=o.slice_us, slice_min_us=o.slice_min_us)
+                 builtin_idle=o.builtin_idle, direct_wake=o.direct_wake, slice_us=o.slice_us,
+                 slice_min_us=o.slice_min_us)
 
     # -- the loop's periodic service (outside the per-record path)
 

@@ -13,8 +13,14 @@ the DSQ by our deadline, so no task pool is kept in Python):
 - burst tracking: deadline = vtime + min(burst, cap) * 100/weight, where burst is the larger of
   the CPU time since the task last slept and the average of its completed bursts (CPU time between
   two sleeps). Short-burst (interactive) tasks get earlier deadlines than CPU hogs.
-- wake-up boost: a task that woke up and whose bursts average at most one BPF slice gets
-  preempt=True, so it does not wait for a running hog's slice to end (schtest adaptive_priority).
+- wake-up boost: a task that woke up and whose bursts average at most a quarter of the budget
+  gets preempt=True, so it does not wait for a running hog's slice to end (schtest
+  adaptive_priority); the BPF core also takes preempt as a grant to place the task's next wake-up
+  itself (renewed or withdrawn by the decision for that wake-up). The bound is relative to the
+  budget, not one BPF slice: on a slow machine (TCG, a loaded VM) a futex ping-pong thread's burst
+  exceeds 1 ms, while a CPU hog's stays an order of magnitude longer.
+- slice: a boosted task's slice covers twice its average burst (within [BPF slice, budget]), so
+  a short burst is not cut at the BPF slice and sent around the Python round trip again.
 
 Burst history needs per-task state that the record does not carry; it lives in a fixed table
 indexed by pid (BURST_SLOTS entries, an entry is taken over by another pid on a collision), so
@@ -38,6 +44,7 @@ from scxctl.pyland.policy import (
 BURST_SLOTS = 8192  # power of two: the table index is pid & _SLOT_MASK
 _SLOT_MASK = BURST_SLOTS - 1
 BURST_CAP_BUDGETS = 5  # the deadline penalty grows up to 5 budgets (100 ms by default)
+BOOST_BUDGET_DIVISOR = 4  # bursts averaging at most budget / 4 (5 ms by default) are "short"
 
 
 class _Burst:
@@ -76,7 +83,7 @@ class DeadlinePolicy(Policy):
         self._min_slice = options.min_slice_ns
         self._max_slice = options.slice_ns
         self._burst_cap = BURST_CAP_BUDGETS * options.slice_ns
-        self._boost_ns = options.min_slice_ns  # bursts that fit in one BPF slice are "short"
+        self._boost_ns = max(options.min_slice_ns, options.slice_ns // BOOST_BUDGET_DIVISOR)
         self._bursts = [_Burst() for _ in range(BURST_SLOTS)]
         self._vnow = 0
         self.nr_boosted = 0
@@ -143,12 +150,15 @@ class DeadlinePolicy(Policy):
         if w != NICE0_WEIGHT:
             r = r * NICE0_WEIGHT // w
 
-        # Slice: the BPF slice scaled by weight, within [BPF slice, budget].
+        # Slice: the BPF slice scaled by weight, or twice the burst of a boosted task, within
+        # [BPF slice, budget].
         s = self._min_slice
         if w > NICE0_WEIGHT:
             s = s * w // NICE0_WEIGHT
-            if s > self._max_slice:
-                s = self._max_slice
+        if preempt and avg > 0 and 2 * avg > s:
+            s = 2 * avg
+        if s > self._max_slice:
+            s = self._max_slice
 
         decision.pid = pid
         decision.cpu = task.cpu if task.nr_cpus_allowed == 1 else PYLAND_CPU_ANY
