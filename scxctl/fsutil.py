@@ -32,3 +32,16 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
 
 def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), mode)
+
+
+def read_if_exists(path: Path) -> bytes | None:
+    """The file's bytes, or None when it does not exist (a first start: defaults apply).
+
+    Any other OSError is raised with a one-line message naming the file, as `OSError.strerror`.
+    """
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise OSError(exc.errno, f"{path}: cannot read: {exc.strerror or exc}") from exc

@@ -49,3 +49,12 @@ def test_unicode_text_is_utf8(tmp_path: Path) -> None:
     target = tmp_path / "t"
     fsutil.atomic_write_text(target, "décision → CPU")
     assert target.read_bytes() == "décision → CPU".encode()
+
+
+def test_read_if_exists_distinguishes_missing_from_unreadable(tmp_path: Path) -> None:
+    assert fsutil.read_if_exists(tmp_path / "absent") is None
+    (tmp_path / "f").write_bytes(b"x")
+    assert fsutil.read_if_exists(tmp_path / "f") == b"x"
+    with pytest.raises(OSError) as exc:
+        fsutil.read_if_exists(tmp_path)  # a directory: IsADirectoryError, not "missing"
+    assert exc.value.strerror.startswith(f"{tmp_path}: cannot read: ")

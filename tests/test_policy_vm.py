@@ -9,11 +9,11 @@ distorted by TCG and are not used.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from guest_files import SCENARIO_PRELUDE, json_lines, read
 
 pytestmark = pytest.mark.vm
 
@@ -25,20 +25,7 @@ SPECS = {
     "boost_comm": (f"{GUEST_EXAMPLES}/boost_comm.py", "policy_boosted"),
 }
 
-SCENARIO = r"""#!/bin/bash
-set -u
-R=/results
-SX=/sys/kernel/sched_ext
-cd /opt/scxctl
-state() { cat $SX/state 2>/dev/null; }
-ops() { cat $SX/root/ops 2>/dev/null || echo none; }
-wait_state() {  # wait_state WANT SECONDS
-    for _ in $(seq 1 $(( $2 * 10 ))); do
-        [ "$(state)" = "$1" ] && [ "$1" != enabled -o "$(ops)" = pyland ] && return 0
-        sleep 0.1
-    done
-    return 1
-}
+SCENARIO = SCENARIO_PRELUDE + r"""
 snap() { echo "state=$(state) ops=$(ops)" >"$R/$1.txt"; }
 
 run_policy() {  # run_policy NAME SPEC
@@ -59,23 +46,6 @@ python3 -m benchmarks.policy_bench --records 5000 --repeat 2 @EXAMPLES@/*.py >"$
 echo $? >"$R/bench.rc"
 exit 0
 """
-
-
-def read(results: Path, name: str) -> str:
-    path = results / name
-    assert path.exists(), f"the guest did not write {name}"
-    return path.read_text()
-
-
-def log_events(text: str) -> list[dict[str, Any]]:
-    events = []
-    for line in text.splitlines():
-        if line.startswith("{"):
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                continue
-    return events
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +73,7 @@ def test_policy_attaches_survives_stress_and_detaches(guest: Path, name: str) ->
 @pytest.mark.parametrize("name", list(SPECS))
 def test_policy_counters_reach_the_summary_lines(guest: Path, name: str) -> None:
     _, counter = SPECS[name]
-    stats = [e for e in log_events(read(guest, f"{name}.log")) if e.get("event") == "pyland stats"]
+    stats = [e for e in json_lines(read(guest, f"{name}.log")) if e.get("event") == "pyland stats"]
     assert len(stats) >= 3, read(guest, f"{name}.log")[-2000:]
     values = [s[counter] for s in stats]
     assert values == sorted(values)

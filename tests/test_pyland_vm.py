@@ -13,29 +13,16 @@ Timing under TCG is ~10x slower than on the host: the waits below are generous, 
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from guest_files import SCENARIO_PRELUDE, json_lines, read
 
 pytestmark = pytest.mark.vm
 
-SCENARIO = r"""#!/bin/bash
-set -u
-R=/results
-SX=/sys/kernel/sched_ext
-cd /opt/scxctl
-state() { cat $SX/state 2>/dev/null; }
-ops() { cat $SX/root/ops 2>/dev/null || echo none; }
-wait_state() {  # wait_state WANT SECONDS
-    for _ in $(seq 1 $(( $2 * 10 ))); do
-        [ "$(state)" = "$1" ] && [ "$1" != enabled -o "$(ops)" = pyland ] && return 0
-        sleep 0.1
-    done
-    return 1
-}
+SCENARIO = SCENARIO_PRELUDE + r"""
 snap() { echo "state=$(state) ops=$(ops) switch_all=$(cat $SX/switch_all)" >"$R/$1.txt"; }
 
 # attach + stress + sigterm -------------------------------------------------------------------------
@@ -129,23 +116,6 @@ echo ok >"$R/alive_after_raising.txt"
 dmesg | grep -iE 'sched_ext|pyland' >"$R/dmesg.txt" 2>&1
 exit 0
 """
-
-
-def read(results: Path, name: str) -> str:
-    p = results / name
-    assert p.exists(), f"the guest did not write {name}"
-    return p.read_text()
-
-
-def json_lines(text: str) -> list[dict[str, Any]]:
-    out = []
-    for line in text.splitlines():
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-    return out
 
 
 def stats_lines(text: str) -> list[dict[str, Any]]:

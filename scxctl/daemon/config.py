@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from scxctl.daemon.modes import BUILTIN_POLICIES, Mode
+from scxctl.fsutil import read_if_exists
 
 PYLAND = "pyland"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -175,11 +176,11 @@ def parse_config(data: dict[str, Any]) -> DaemonConfig:
 def load_config(path: Path) -> DaemonConfig:
     """The config at `path`, or the defaults when it does not exist; ConfigError when it is unusable."""
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return DaemonConfig()
+        raw = read_if_exists(path)
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        raise ConfigError(exc.strerror) from exc
+    if raw is None:
+        return DaemonConfig()
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scxctl.fsutil import atomic_write_text
+from scxctl.fsutil import atomic_write_text, read_if_exists
 
 STATE_VERSION = 1
 
@@ -71,11 +71,11 @@ def _parse(data: Any) -> DesiredState:
 def load_state(path: Path) -> DesiredState:
     """The saved state; a fresh (disabled) one when there is none; StateError when unusable."""
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return DesiredState()
+        raw = read_if_exists(path)
     except OSError as exc:
-        raise StateError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        raise StateError(exc.strerror) from exc
+    if raw is None:
+        return DesiredState()
     try:
         return _parse(json.loads(raw.decode("utf-8")))
     except (UnicodeDecodeError, json.JSONDecodeError, StateError) as exc:
