@@ -79,6 +79,23 @@ scxctl disable >$R/disable.out 2>&1; echo $? >$R/disable.rc
 kstate >$R/after_disable.txt
 scxctl status --json >$R/status_disabled.json
 
+# a scheduler the daemon did not start (pyland run by hand): reported as such, not clobbered
+# unless --force, which unloads it (SysRq-S) and starts the daemon's own
+scxctl --log-format json run >$R/foreign_run.log 2>&1 &
+fpid=$!
+end=$((SECONDS + 300))
+while [ $SECONDS -lt $end ] && [ "$(kstate)" != "enabled pyland" ]; do sleep 0.2; done
+kstate >$R/foreign_loaded.txt
+scxctl status --json >$R/status_foreign.json
+scxctl enable >$R/enable_foreign.out 2>&1; echo $? >$R/enable_foreign.rc
+kstate >$R/after_refused_enable.txt
+scxctl enable --force >$R/enable_force.out 2>&1; echo $? >$R/enable_force.rc
+for _ in $(seq 1 300); do kill -0 $fpid 2>/dev/null || break; sleep 0.2; done
+kill -9 $fpid 2>/dev/null  # only if --force failed to unload it: the next steps need a clean state
+wait $fpid; echo $? >$R/foreign_run.rc
+scxctl status --json >$R/status_forced.json
+scxctl disable >$R/disable_forced.out 2>&1; echo $? >$R/disable_forced.rc
+
 systemctl stop scxctl.service
 systemctl show scxctl.service -p Result -p ExecMainStatus -p ActiveState >$R/unit_stop.txt
 scxctl logs -n 400 --json >$R/daemon_log.jsonl 2>&1
@@ -93,7 +110,8 @@ def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     script = tmp_path_factory.mktemp("daemon-vm") / "daemon_vm.sh"
     script.write_text(GUEST)
     res = vm.run(
-        "bash /root/daemon_vm.sh", systemd=True, timeout=1500, copy=[(str(script), "/root/daemon_vm.sh")]
+        "bash /root/daemon_vm.sh", systemd=True, timeout=1500, copy=[(str(script), "/root/daemon_vm.sh")],
+        tcg_single=True,  # many enable/disable cycles: see tools.vm.qemu.accel_args
     )
     (res.results / "guest_output.txt").write_text(res.output)
     print(f"daemon VM run: rc={res.returncode} wall={res.wall_s:.1f}s results={res.results}")
@@ -177,6 +195,22 @@ def test_disable_returns_to_default_scheduler(guest: Path) -> None:
     assert _read(guest, "after_disable.txt") == "disabled -"
     st = _json(guest, "status_disabled.json")
     assert st["kernel"]["owner"] is None and st["desired"]["enabled"] is False
+
+
+def test_foreign_scheduler_is_reported_and_only_replaced_with_force(guest: Path) -> None:
+    assert _read(guest, "foreign_loaded.txt") == "enabled pyland", _read(guest, "foreign_run.log")[-2000:]
+    st = _json(guest, "status_foreign.json")
+    assert st["kernel"]["owner"] == "other" and st["kernel"]["ops"] == "pyland"
+    assert _read(guest, "enable_foreign.rc") == "5", _read(guest, "enable_foreign.out")
+    assert "not started by scxctl" in _read(guest, "enable_foreign.out")
+    assert _read(guest, "after_refused_enable.txt") == "enabled pyland"  # left alone
+    assert _read(guest, "enable_force.rc") == "0", _read(guest, "enable_force.out")
+    assert _read(guest, "foreign_run.rc") == "8"  # the hand-run pyland saw itself ejected (SysRq)
+    forced = _json(guest, "status_forced.json")
+    assert forced["kernel"]["owner"] == "scxctl" and forced["kernel"]["ops"] == "pyland"
+    assert forced["supervisor"]["pid"] is not None
+    assert any(e.get("event") == "foreign_scheduler_evicted" for e in _events(guest))
+    assert _read(guest, "disable_forced.rc") == "0"
 
 
 def test_unit_stops_cleanly_and_logs_are_readable(guest: Path) -> None:

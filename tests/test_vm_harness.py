@@ -270,6 +270,9 @@ def test_qemu_argv_snapshots_root_and_selects_init() -> None:
     assert "file=/root.img,if=none,id=root,format=raw,snapshot=on" in joined
     assert "snapshot" not in argv[argv.index("file=/run.img,if=none,id=run,format=raw")]
     assert "tcg,thread=multi" in argv and "max" in argv
+    single = qemu.argv(qemu.Machine(Path("/k"), Path("/r"), Path("/u"), Path("/c"), Path("/t"), Path("/o"),
+                                    tcg_single=True))  # fmt: skip
+    assert "tcg,thread=single" in single and "tcg,thread=multi" not in single
     assert "init=/usr/local/sbin/scxvm-boot" in argv[argv.index("-append") + 1]
     sd = qemu.argv(qemu.Machine(Path("/k"), Path("/r"), Path("/u"), Path("/c"), Path("/t"), Path("/o"),
                                 accel="kvm", systemd=True))  # fmt: skip

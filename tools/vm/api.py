@@ -46,6 +46,7 @@ class VM:
         mem: str = "2G",
         copy: Sequence[tuple[str, str]] = (),
         retry_on_panic: bool = True,
+        tcg_single: bool = False,
     ) -> VMResult:
         spec = runner.RunSpec(
             command=command,
@@ -55,6 +56,7 @@ class VM:
             mem=mem,
             copies=[Copy(Path(src), dst) for src, dst in copy],
             results=self._results_dir(),
+            tcg_single=tcg_single,
         )
         out = runner.run(spec, sink=io.BytesIO())
         attempts = PANIC_ATTEMPTS if retry_on_panic else 1

@@ -106,6 +106,9 @@ def run_cmd(
         Path | None, typer.Option("--results", help="Host dir to receive the guest's /results.")
     ] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the run dir (console log, run disk).")] = False,
+    tcg_single: Annotated[
+        bool, typer.Option("--tcg-single", help="One host thread for all vCPUs (no code-patching races).")
+    ] = False,
 ) -> None:
     """Boot the guest, run COMMAND, stream its output, exit with its exit code."""
     try:
@@ -114,7 +117,7 @@ def run_cmd(
         raise typer.BadParameter(str(exc), param_hint="--copy") from None
     spec = runner.RunSpec(
         command=command_string(command), timeout=timeout, boot_timeout=boot_timeout, systemd=systemd,
-        cpus=cpus, mem=mem, copies=copies, results=results, keep=keep,
+        cpus=cpus, mem=mem, copies=copies, results=results, keep=keep, tcg_single=tcg_single,
     )  # fmt: skip
     try:
         outcome = runner.run(spec)

@@ -45,6 +45,7 @@ class RunSpec:
     copies: list[rundisk.Copy] = field(default_factory=list)
     results: Path | None = None
     keep: bool = False  # keep the work dir (logs, run disk) for debugging
+    tcg_single: bool = False  # single-threaded TCG (qemu.accel_args says when and why)
 
 
 @dataclass
@@ -156,7 +157,7 @@ def run(spec: RunSpec, sink: BinaryIO | None = None) -> Outcome:
         m = qemu.Machine(
             kernel=kernel.boot_image(info), root_image=root_img, run_image=run_img,
             console_log=work / "console.log", ctl_log=work / "ctl.log", out_log=work / "out.log",
-            accel=acc, cpus=spec.cpus, mem=spec.mem, systemd=spec.systemd,
+            accel=acc, cpus=spec.cpus, mem=spec.mem, systemd=spec.systemd, tcg_single=spec.tcg_single,
         )  # fmt: skip
         for p in (m.console_log, m.ctl_log, m.out_log):
             p.touch()
