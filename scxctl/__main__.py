@@ -16,8 +16,11 @@ def main() -> None:
 
         cli_main()
     except KeyboardInterrupt:
-        print("scxctl: error: interrupted", file=sys.stderr)
-        sys.exit(130)
+        from scxctl.errors import ExitCode, ScxctlError
+        from scxctl.ui import report_error
+
+        report_error(ScxctlError("interrupted", ExitCode.INTERRUPTED))
+        sys.exit(int(ExitCode.INTERRUPTED))
 
 
 if __name__ == "__main__":

@@ -63,12 +63,9 @@ class VM:
         for attempt in range(2, attempts + 1):
             if out.returncode != HarnessCode.PANIC:
                 break
-            # The guest kernel panics now and then under multi-threaded TCG on this busy 2-core host,
-            # each time with RIP inside an instruction the kernel live-patches (a jump-label NOP in
-            # __schedule, an alternative in ktime_get), once before any scxctl code ran: that
-            # looks like TCG's handling of cross-modifying code, and sched_ext flips static keys
-            # on every enable and disable. A fresh boot tells such a flake from a real bug; a
-            # panic in every attempt fails the test.
+            # Multi-threaded TCG now and then runs a stale copy of code the guest kernel is
+            # patching (qemu.accel_args). A fresh boot tells such a flake from a real bug; a panic
+            # in every attempt fails the test.
             log.warning("guest kernel panicked; retrying in a fresh guest", attempt=attempt,
                         message=out.message)
             spec.results = self._results_dir()
