@@ -144,6 +144,21 @@ static __always_inline u64 cpu_dsq(s32 cpu)
 	return (u64)cpu;
 }
 
+/* x86's per-CPU preempt count where the kernel's BTF has it; missing, it reads "not in an interrupt" */
+extern const int __preempt_count __ksym __weak;
+#define PYL_HARDIRQ_MASK	0x000f0000
+
+/*
+ * Is this wake-up coming from a hard interrupt (a timer such as nanosleep's, a device)? Then the
+ * task running here did not cause it and is not about to block: it is a bystander.
+ */
+static __always_inline bool in_hardirq(void)
+{
+	if (!bpf_ksym_exists(&__preempt_count))	/* the address: the value is per-CPU */
+		return false;
+	return *(int *)bpf_this_cpu_ptr(&__preempt_count) & PYL_HARDIRQ_MASK;
+}
+
 /*
  * Direct wake-up grant. A Python round trip costs every wake-up the queue, a scheduler wake-up, a
  * decision and a drain: under the schtest adaptive_priority load that was the whole fast-wake latency.
@@ -176,9 +191,18 @@ s32 BPF_STRUCT_OPS(pyland_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 	bool is_idle = false;
 	s32 cpu;
 
-	/* The scheduler goes through enqueue to SCHED_DSQ, never to a local DSQ directly. */
-	if (is_usersched(p) || !cfg.builtin_idle)
+	if (!cfg.builtin_idle)
 		return prev_cpu;
+	/*
+	 * The scheduler goes through enqueue to SCHED_DSQ, never to a local DSQ directly (R3), but
+	 * to an idle CPU when there is one: enqueue kicks the CPU chosen here, and an idle CPU runs
+	 * it at once. Staying on prev_cpu left it queued behind the very tasks it had to decide (all
+	 * of schtest's adaptive_priority is pinned to one CPU) while the other CPU idled.
+	 */
+	if (is_usersched(p)) {
+		cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
+		return is_idle ? cpu : prev_cpu;
+	}
 
 	/* R8: an idle CPU gets the task at once, without a Python round trip. */
 	cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
@@ -189,11 +213,33 @@ s32 BPF_STRUCT_OPS(pyland_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 	return cpu;
 }
 
+/*
+ * Whether submitting record number `seq` wakes the Python loop. A direct wake-up's record is news,
+ * not work: the task already runs, and waking the scheduler for it (an IPI, a wake-up, often on the
+ * very CPU the woken task is about to run on) cost every direct wake-up about a fifth of its latency
+ * under TCG. So it is submitted quietly, and read with the next batch.
+ *
+ * The ring's own (adaptive) notification wakes the reader only when the record is the first one
+ * it has not consumed. Behind an unread quiet record that is never true, so the next record with
+ * work in it would not wake a sleeping loop either: it forces the wake-up while a quiet record is
+ * unread. nr_consumed is published after the consumer position moves, so the check errs towards
+ * waking. A quiet record itself is read at the latest when the loop's epoll wait times out.
+ */
+static __always_inline u64 submit_flags(bool placed, u64 seq)
+{
+	if (placed) {
+		shared.quiet_seq = seq;
+		return BPF_RB_NO_WAKEUP;
+	}
+	return shared.quiet_seq > shared.nr_consumed ? BPF_RB_FORCE_WAKEUP : 0;
+}
+
 void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct pyland_task *rec;
 	struct task_ctx *tctx;
 	bool placed = false;
+	u64 seq;
 	s32 cpu;
 
 	if (is_usersched(p)) {
@@ -229,14 +275,24 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 
 	cpu = scx_bpf_task_cpu(p);
 	if (direct_wake_allowed(tctx, cpu, enq_flags)) {
+		u64 preempt = 0;
+
 		/*
-		 * Head of the local DSQ of the CPU the task is enqueued on. A remote CPU is preempted;
-		 * on this CPU the current task is usually the waker, which is about to block anyway.
+		 * Head of the local DSQ of the CPU the task is enqueued on. A remote CPU is preempted.
+		 * On this CPU, a task woken by the running task waits for it: the waker (a futex post,
+		 * a pipe write) is usually about to block, and preempting it would only send it round
+		 * the Python loop before it can. A task woken by an interrupt (its timer expired)
+		 * preempts: the running task is a bystander that may run a whole slice.
 		 */
+		if (cpu != bpf_get_smp_processor_id()) {
+			preempt = SCX_ENQ_PREEMPT;
+		} else if (in_hardirq()) {
+			preempt = SCX_ENQ_PREEMPT;
+			__sync_fetch_and_add(&shared.nr_irq_preempts, 1);
+		}
 		tctx->direct_gen = tctx->enq_cnt;
 		pyl_dsq_insert(p, SCX_DSQ_LOCAL, tctx->slice ?: cfg.slice_ns,
-			       enq_flags | SCX_ENQ_HEAD |
-			       (cpu != bpf_get_smp_processor_id() ? SCX_ENQ_PREEMPT : 0));
+			       enq_flags | SCX_ENQ_HEAD | preempt);
 		__sync_fetch_and_add(&shared.nr_direct_wakes, 1);
 		placed = true;
 	}
@@ -276,8 +332,8 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	 * window would see "nothing pending" (or a wrapped difference) and the task could be lost
 	 * until the next unrelated wake-up.
 	 */
-	__sync_fetch_and_add(&shared.nr_queued, 1);
-	bpf_ringbuf_submit(rec, 0);
+	seq = __sync_fetch_and_add(&shared.nr_queued, 1) + 1;
+	bpf_ringbuf_submit(rec, submit_flags(placed, seq));
 	return;
 
 fallback:
@@ -411,6 +467,36 @@ static int rescue_starved(u64 dsq_id, u64 now, s32 this_cpu)
 	return rescued;
 }
 
+/* the deadline of the first task of a vtime-ordered DSQ; false when it is empty */
+static __always_inline bool dsq_head_deadline(u64 dsq_id, u64 *deadline)
+{
+	struct task_struct *p;
+
+	bpf_for_each(scx_dsq, p, dsq_id, 0) {
+		*deadline = p->scx.dsq_vtime;
+		return true;
+	}
+	return false;
+}
+
+/*
+ * Both DSQs are ordered by the policy's deadlines, which share one vtime scale. Taking this CPU's
+ * DSQ first whatever its deadlines made a task pinned here win every time against the tasks any
+ * CPU could run, and the unpinned ones make up the difference elsewhere only if there is room.
+ * A head can be taken by another CPU between this look and the move: the move then takes the
+ * next task of that DSQ, or the caller falls through to the other DSQ.
+ */
+static __always_inline bool shared_dsq_first(s32 cpu)
+{
+	u64 local = 0, any = 0;
+
+	if (!dsq_head_deadline(SHARED_DSQ, &any))
+		return false;
+	if (!dsq_head_deadline(cpu_dsq(cpu), &local))
+		return true;
+	return (s64)(any - local) < 0;
+}
+
 void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 {
 	bool after_usersched = prev && is_usersched(prev);
@@ -452,11 +538,14 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 	 */
 	if (!after_usersched && usersched_has_pending() && pyl_dsq_move_to_local(SCHED_DSQ))
 		return;
-	/* R3 (3), (4): this CPU's DSQ, then the shared DSQ */
-	if (pyl_dsq_move_to_local(cpu_dsq(cpu)))
-		return;
-	if (pyl_dsq_move_to_local(SHARED_DSQ))
-		return;
+	/* R3 (3), (4): this CPU's DSQ and the shared DSQ, the earlier deadline first */
+	if (shared_dsq_first(cpu)) {
+		if (pyl_dsq_move_to_local(SHARED_DSQ) || pyl_dsq_move_to_local(cpu_dsq(cpu)))
+			return;
+	} else {
+		if (pyl_dsq_move_to_local(cpu_dsq(cpu)) || pyl_dsq_move_to_local(SHARED_DSQ))
+			return;
+	}
 	/* a scheduler woken without pending work (stats, exit checks) runs when nothing else does */
 	if (pyl_dsq_move_to_local(SCHED_DSQ))
 		return;

@@ -101,14 +101,16 @@ def test_nr_queued_is_counted_before_the_record_is_submitted() -> None:
                            str(PYLAND_OBJ)], capture_output=True, text=True, check=True).stdout
     lines = text.splitlines()
     submit = [i for i, ln in enumerate(lines) if "call 0x84" in ln]  # BPF_FUNC_ringbuf_submit = 132
-    atomic = [i for i, ln in enumerate(lines) if "lock *(u64 *)" in ln]
     assert submit, "enqueue must submit records"
-    # the .bss access right before the increment is relocated against `shared` (offset 0: nr_queued)
-    last_submit = submit[-1]
-    before = [i for i in atomic if i < last_submit]
-    assert before, "no atomic increment before bpf_ringbuf_submit"
-    window = "\n".join(lines[max(0, before[-1] - 6):before[-1] + 1])
-    assert "shared" in window and "+= r" in lines[before[-1]]
+    # an atomic add (plain, or fetch-and-add where the new count is used) at offset 0 of a pointer
+    # loaded, a few instructions earlier, from the `shared` relocation: nr_queued
+    counted = [
+        i for i, ln in enumerate(lines)
+        if ("lock *(u64 *)" in ln or "atomic_fetch_add((u64 *)" in ln) and "+ 0x0)" in ln
+        and "shared" in "\n".join(lines[max(0, i - 6):i])
+    ]
+    assert counted, "no atomic increment of shared.nr_queued in enqueue"
+    assert counted[0] < submit[0], "bpf_ringbuf_submit comes before the increment of nr_queued"
 
 
 def test_object_defaults_separate_bpf_slice_from_user_budget() -> None:

@@ -154,6 +154,13 @@ def test_stress_mix_runs_30s_without_ejection(guest: Path) -> None:
     # one still reaches Python, whose decision for it only renews the grant
     assert last["nr_direct_wakes"] > 0
     assert 0 < last["nr_wake_updates"] <= last["nr_direct_wakes"]
+    # their records went out without waking the loop, and were read all the same
+    assert 0 < last["quiet_seq"] <= last["nr_queued"]
+    # a quiet record waits at most for the loop's 100 ms idle poll: all that was queued at the
+    # previous stats line has been read by the last one
+    assert last["consumed"] >= stats[-2]["nr_queued"]
+    # the sleepers' timers fire on CPUs busy with the cpu hogs: those wake-ups preempt
+    assert 0 < last["nr_irq_preempts"] <= last["nr_direct_wakes"]
 
 
 def test_no_direct_wake_sends_every_wake_up_through_python(guest: Path) -> None:
@@ -164,6 +171,7 @@ def test_no_direct_wake_sends_every_wake_up_through_python(guest: Path) -> None:
     last = stats[-1]
     assert last["nr_dispatched"] > 0
     assert last["nr_direct_wakes"] == 0 and last["nr_wake_updates"] == 0
+    assert last["quiet_seq"] == 0 and last["nr_irq_preempts"] == 0
     assert read(guest, "run5.rc").strip() == "0"
 
 

@@ -48,6 +48,8 @@ SHARED_COUNTERS = (
     "rescue_scan_at",
     "nr_direct_wakes",
     "nr_wake_updates",
+    "quiet_seq",
+    "nr_irq_preempts",
     # written by user space
     "nr_consumed",
     "nr_scheduled",
@@ -62,4 +64,4 @@ EXIT_OFFSET = 8 * len(SHARED_COUNTERS)
 EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")
 SHARED_SIZE = EXIT_OFFSET + EXIT_INFO.size
 
-assert TASK.size == 80 and DECISION.size == 48 and CONFIG.size == 48 and SHARED_SIZE == 1352
+assert TASK.size == 80 and DECISION.size == 48 and CONFIG.size == 48 and SHARED_SIZE == 1368
