@@ -76,13 +76,17 @@ struct {
 	__type(value, struct task_ctx);
 } task_ctx_stor SEC(".maps");
 
-/* per CPU: when ops.dispatch last ran there (bounds how long direct wake-ups can bypass its DSQs) */
+struct cpu_ctx {
+	u64 dispatch_at;	/* when ops.dispatch last ran here: bounds direct wake-ups (see below) */
+	u64 running_deadline;	/* deadline of the task running here; 0: none to preempt for */
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MAX_CPUS);
 	__type(key, u32);
-	__type(value, u64);
-} dispatch_at SEC(".maps");
+	__type(value, struct cpu_ctx);
+} cpu_ctx_stor SEC(".maps");
 
 struct heartbeat {
 	struct bpf_timer timer;
@@ -101,6 +105,13 @@ _Static_assert(sizeof(struct pyland_decision) == 48, "pyland_decision layout cha
 static __always_inline struct task_ctx *lookup_task_ctx(const struct task_struct *p)
 {
 	return bpf_task_storage_get(&task_ctx_stor, (struct task_struct *)p, 0, 0);
+}
+
+static __always_inline struct cpu_ctx *lookup_cpu_ctx(s32 cpu)
+{
+	u32 key = cpu;
+
+	return bpf_map_lookup_elem(&cpu_ctx_stor, &key);
 }
 
 /*
@@ -144,21 +155,6 @@ static __always_inline u64 cpu_dsq(s32 cpu)
 	return (u64)cpu;
 }
 
-/* x86's per-CPU preempt count where the kernel's BTF has it; missing, it reads "not in an interrupt" */
-extern const int __preempt_count __ksym __weak;
-#define PYL_HARDIRQ_MASK	0x000f0000
-
-/*
- * Is this wake-up coming from a hard interrupt (a timer such as nanosleep's, a device)? Then the
- * task running here did not cause it and is not about to block: it is a bystander.
- */
-static __always_inline bool in_hardirq(void)
-{
-	if (!bpf_ksym_exists(&__preempt_count))	/* the address: the value is per-CPU */
-		return false;
-	return *(int *)bpf_this_cpu_ptr(&__preempt_count) & PYL_HARDIRQ_MASK;
-}
-
 /*
  * Direct wake-up grant. A Python round trip costs every wake-up the queue, a scheduler wake-up, a
  * decision and a drain: under the schtest adaptive_priority load that was the whole fast-wake latency.
@@ -175,15 +171,14 @@ static __always_inline bool in_hardirq(void)
  */
 static __always_inline bool direct_wake_allowed(const struct task_ctx *tctx, s32 cpu, u64 enq_flags)
 {
-	u32 key = cpu;
-	u64 *at;
+	struct cpu_ctx *cctx;
 
 	if (!cfg.direct_wake_ns || !(enq_flags & SCX_ENQ_WAKEUP) || !tctx->latency_critical)
 		return false;
 	if (!scx_bpf_dsq_nr_queued(cpu_dsq(cpu)) && !scx_bpf_dsq_nr_queued(SHARED_DSQ))
 		return true;	/* nobody waits that the insertion could pass */
-	at = bpf_map_lookup_elem(&dispatch_at, &key);
-	return at && pyl_now() - *at < cfg.direct_wake_ns;
+	cctx = lookup_cpu_ctx(cpu);
+	return cctx && pyl_now() - cctx->dispatch_at < cfg.direct_wake_ns;
 }
 
 s32 BPF_STRUCT_OPS(pyland_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
@@ -275,24 +270,14 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 
 	cpu = scx_bpf_task_cpu(p);
 	if (direct_wake_allowed(tctx, cpu, enq_flags)) {
-		u64 preempt = 0;
-
 		/*
-		 * Head of the local DSQ of the CPU the task is enqueued on. A remote CPU is preempted.
-		 * On this CPU, a task woken by the running task waits for it: the waker (a futex post,
-		 * a pipe write) is usually about to block, and preempting it would only send it round
-		 * the Python loop before it can. A task woken by an interrupt (its timer expired)
-		 * preempts: the running task is a bystander that may run a whole slice.
+		 * Head of the local DSQ of the CPU the task is enqueued on. A remote CPU is preempted;
+		 * on this CPU the current task is usually the waker, which is about to block anyway.
 		 */
-		if (cpu != bpf_get_smp_processor_id()) {
-			preempt = SCX_ENQ_PREEMPT;
-		} else if (in_hardirq()) {
-			preempt = SCX_ENQ_PREEMPT;
-			__sync_fetch_and_add(&shared.nr_irq_preempts, 1);
-		}
 		tctx->direct_gen = tctx->enq_cnt;
 		pyl_dsq_insert(p, SCX_DSQ_LOCAL, tctx->slice ?: cfg.slice_ns,
-			       enq_flags | SCX_ENQ_HEAD | preempt);
+			       enq_flags | SCX_ENQ_HEAD |
+			       (cpu != bpf_get_smp_processor_id() ? SCX_ENQ_PREEMPT : 0));
 		__sync_fetch_and_add(&shared.nr_direct_wakes, 1);
 		placed = true;
 	}
@@ -343,6 +328,22 @@ fallback:
 	tctx->dsq_at = pyl_now();
 	pyl_dsq_insert_vtime(p, SHARED_DSQ, cfg.slice_ns, tctx->deadline, enq_flags);
 	scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_IDLE);
+}
+
+/*
+ * Does a task placed with `deadline` on `cpu` preempt the task running there? When its deadline is
+ * earlier by more than one BPF slice. A decision arrives a Python round trip after its task left
+ * the CPU, and meanwhile that CPU took someone else for a whole slice: a task pinned there lost
+ * that slice every time, and its vruntime lead never bought it the CPU back (schtest fairness,
+ * where the pinned spinners fell up to 10% behind the unpinned ones). The margin keeps two tasks with
+ * nearly equal deadlines from preempting each other on every decision.
+ */
+static __always_inline bool deadline_passes_running(s32 cpu, u64 deadline)
+{
+	struct cpu_ctx *cctx = lookup_cpu_ctx(cpu);
+
+	return cctx && cctx->running_deadline &&
+	       (s64)(deadline + cfg.slice_ns - cctx->running_deadline) < 0;
 }
 
 /*
@@ -424,6 +425,9 @@ static long apply_decision(struct bpf_dynptr *dynptr, void *ctx)
 		if (d->flags & PYLAND_DECISION_PREEMPT) {
 			scx_bpf_kick_cpu(target, SCX_KICK_PREEMPT);
 			__sync_fetch_and_add(&shared.nr_preempt_kicks, 1);
+		} else if (deadline_passes_running(target, d->deadline)) {
+			scx_bpf_kick_cpu(target, SCX_KICK_PREEMPT);
+			__sync_fetch_and_add(&shared.nr_deadline_preempts, 1);
 		} else {
 			scx_bpf_kick_cpu(target, SCX_KICK_IDLE);
 		}
@@ -500,13 +504,12 @@ static __always_inline bool shared_dsq_first(s32 cpu)
 void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 {
 	bool after_usersched = prev && is_usersched(prev);
-	u32 key = cpu;
+	struct cpu_ctx *cctx = lookup_cpu_ctx(cpu);
 	long drained;
-	u64 now, *at;
+	u64 now;
 
-	at = bpf_map_lookup_elem(&dispatch_at, &key);
-	if (at)
-		*at = pyl_now();	/* direct_wake_allowed(): this CPU's DSQs are being looked at */
+	if (cctx)
+		cctx->dispatch_at = pyl_now();	/* direct_wake_allowed(): its DSQs are looked at */
 
 	/*
 	 * R3 (1): finished decisions first. Running the scheduler before its decisions were applied
@@ -571,16 +574,23 @@ void BPF_STRUCT_OPS(pyland_runnable, struct task_struct *p, u64 enq_flags)
 
 void BPF_STRUCT_OPS(pyland_running, struct task_struct *p)
 {
+	struct cpu_ctx *cctx = lookup_cpu_ctx(scx_bpf_task_cpu(p));
 	struct task_ctx *tctx;
 
+	/* the scheduler and kthreads are never preempted for a deadline (deadline_passes_running) */
+	if (cctx)
+		cctx->running_deadline = 0;
 	if (is_usersched(p)) {
 		shared.usersched_last_run_at = pyl_now();
 		__sync_fetch_and_add(&shared.nr_usersched_runs, 1);
 		return;
 	}
 	tctx = lookup_task_ctx(p);
-	if (tctx)
-		tctx->start_ts = pyl_now();
+	if (!tctx)
+		return;
+	tctx->start_ts = pyl_now();
+	if (cctx && !is_critical_kthread(p))
+		cctx->running_deadline = tctx->deadline;
 }
 
 void BPF_STRUCT_OPS(pyland_stopping, struct task_struct *p, bool runnable)

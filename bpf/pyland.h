@@ -89,7 +89,7 @@ struct pyland_shared {
 	__u64 nr_direct_wakes;		/* wake-ups placed by BPF under the policy's latency grant */
 	__u64 nr_wake_updates;		/* decisions for those wake-ups: grant/vtime updated, not placed */
 	__u64 quiet_seq;		/* nr_queued of the last record submitted without waking user space */
-	__u64 nr_irq_preempts;		/* direct wake-ups from an interrupt that preempted their CPU */
+	__u64 nr_deadline_preempts;	/* decisions whose deadline preempted the running task */
 	/* written by user space */
 	__u64 nr_consumed;		/* records read from `queued` */
 	__u64 nr_scheduled;		/* tasks read but whose decision is not yet written (the pool) */

@@ -159,8 +159,8 @@ def test_stress_mix_runs_30s_without_ejection(guest: Path) -> None:
     # a quiet record waits at most for the loop's 100 ms idle poll: all that was queued at the
     # previous stats line has been read by the last one
     assert last["consumed"] >= stats[-2]["nr_queued"]
-    # the sleepers' timers fire on CPUs busy with the cpu hogs: those wake-ups preempt
-    assert 0 < last["nr_irq_preempts"] <= last["nr_direct_wakes"]
+    # decided sleepers have far earlier deadlines than the hogs running on their CPU
+    assert 0 < last["nr_deadline_preempts"] <= last["nr_dispatched"]
 
 
 def test_no_direct_wake_sends_every_wake_up_through_python(guest: Path) -> None:
@@ -171,7 +171,7 @@ def test_no_direct_wake_sends_every_wake_up_through_python(guest: Path) -> None:
     last = stats[-1]
     assert last["nr_dispatched"] > 0
     assert last["nr_direct_wakes"] == 0 and last["nr_wake_updates"] == 0
-    assert last["quiet_seq"] == 0 and last["nr_irq_preempts"] == 0
+    assert last["quiet_seq"] == 0
     assert read(guest, "run5.rc").strip() == "0"
 
 

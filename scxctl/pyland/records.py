@@ -49,7 +49,7 @@ SHARED_COUNTERS = (
     "nr_direct_wakes",
     "nr_wake_updates",
     "quiet_seq",
-    "nr_irq_preempts",
+    "nr_deadline_preempts",
     # written by user space
     "nr_consumed",
     "nr_scheduled",
