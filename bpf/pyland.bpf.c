@@ -208,25 +208,29 @@ s32 BPF_STRUCT_OPS(pyland_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 	return cpu;
 }
 
+/* bytes one `queued` record takes in the ring: the 8-byte header, then the record, 8-aligned */
+#define QUEUED_RECORD_BYTES	((8 + sizeof(struct pyland_task) + 7) & ~7UL)
+
 /*
- * Whether submitting record number `seq` wakes the Python loop. A direct wake-up's record is news,
- * not work: the task already runs, and waking the scheduler for it (an IPI, a wake-up, often on the
- * very CPU the woken task is about to run on) cost every direct wake-up about a fifth of its latency
- * under TCG. So it is submitted quietly, and read with the next batch.
+ * Flags for submitting a reserved record: does it wake the Python loop? A direct wake-up's record
+ * is news, not work: the task already runs, and waking the scheduler for it (an IPI, a wake-up,
+ * often on the very CPU the woken task is about to run on) cost every direct wake-up about a fifth
+ * of its latency under TCG. So it is submitted quietly, and read with the next batch.
  *
  * The ring's own (adaptive) notification wakes the reader only when the record is the first one
- * it has not consumed. Behind an unread quiet record that is never true, so the next record with
- * work in it would not wake a sleeping loop either: it forces the wake-up while a quiet record is
- * unread. nr_consumed is published after the consumer position moves, so the check errs towards
- * waking. A quiet record itself is read at the latest when the loop's epoll wait times out.
+ * it has not consumed. Behind an unread quiet record that is never true, so a record with work in
+ * it would not wake a sleeping loop either: it forces the wake-up whenever the ring holds more than
+ * itself. Queried after the reserve, that count includes every record reserved before this one
+ * (on any CPU); one reserved after it only costs a spare wake-up. A quiet record itself is read at
+ * the latest when the loop's idle epoll wait times out (100 ms).
  */
-static __always_inline u64 submit_flags(bool placed, u64 seq)
+static __always_inline u64 submit_flags(bool placed)
 {
 	if (placed) {
-		shared.quiet_seq = seq;
+		__sync_fetch_and_add(&shared.nr_quiet, 1);
 		return BPF_RB_NO_WAKEUP;
 	}
-	return shared.quiet_seq > shared.nr_consumed ? BPF_RB_FORCE_WAKEUP : 0;
+	return bpf_ringbuf_query(&queued, BPF_RB_AVAIL_DATA) > QUEUED_RECORD_BYTES ? BPF_RB_FORCE_WAKEUP : 0;
 }
 
 void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
@@ -234,7 +238,6 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	struct pyland_task *rec;
 	struct task_ctx *tctx;
 	bool placed = false;
-	u64 seq;
 	s32 cpu;
 
 	if (is_usersched(p)) {
@@ -317,8 +320,8 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	 * window would see "nothing pending" (or a wrapped difference) and the task could be lost
 	 * until the next unrelated wake-up.
 	 */
-	seq = __sync_fetch_and_add(&shared.nr_queued, 1) + 1;
-	bpf_ringbuf_submit(rec, submit_flags(placed, seq));
+	__sync_fetch_and_add(&shared.nr_queued, 1);
+	bpf_ringbuf_submit(rec, submit_flags(placed));
 	return;
 
 fallback:

@@ -88,7 +88,7 @@ struct pyland_shared {
 	__u64 rescue_scan_at;		/* ns, last starvation scan (at most one per RESCUE_PERIOD_NS) */
 	__u64 nr_direct_wakes;		/* wake-ups placed by BPF under the policy's latency grant */
 	__u64 nr_wake_updates;		/* decisions for those wake-ups: grant/vtime updated, not placed */
-	__u64 quiet_seq;		/* nr_queued of the last record submitted without waking user space */
+	__u64 nr_quiet;			/* records of direct wake-ups, submitted without waking user space */
 	__u64 nr_deadline_preempts;	/* decisions whose deadline preempted the running task */
 	/* written by user space */
 	__u64 nr_consumed;		/* records read from `queued` */

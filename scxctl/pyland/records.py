@@ -48,7 +48,7 @@ SHARED_COUNTERS = (
     "rescue_scan_at",
     "nr_direct_wakes",
     "nr_wake_updates",
-    "quiet_seq",
+    "nr_quiet",
     "nr_deadline_preempts",
     # written by user space
     "nr_consumed",
