@@ -148,7 +148,8 @@ def test_adaptive_priority_latencies_are_sane(full_run: dict[str, Any]) -> None:
                 assert sum(lat["histogram"]) == lat["retained"]
         assert m["unreliable"] == (min(m["fast"]["count"], m["slow"]["count"]) < 20)
         if m["metric"] is not None:
-            assert m["metric"] == pytest.approx(m["fast"]["p90_ns"] / m["slow"]["p90_ns"], rel=1e-3)
+            # the report rounds the metric to 4 decimals (converge.py), the percentiles less coarsely
+            assert m["metric"] == pytest.approx(m["fast"]["p90_ns"] / m["slow"]["p90_ns"], rel=1e-3, abs=5e-5)
     final = t["final"]
     assert final["fast"]["count"] > 0  # the fast worker sleeps 9.9 ms every round: always sampled
     assert t["unreliable"] == (t["status"] == "unreliable")
