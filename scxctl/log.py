@@ -69,6 +69,22 @@ def activate() -> None:
     _apply(settings)
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to sys.stderr as it is at each record, not as it was when logging was set up.
+
+    pytest swaps sys.stderr for every test and closes the old one; a handler holding the stream of
+    the test that first logged would fail ("I/O operation on closed file") and lose every later
+    record, the harness's panic diagnostics among them.
+    """
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)  # StreamHandler.__init__ would bind today's sys.stderr
+
+    @property  # type: ignore[override]
+    def stream(self) -> IO[str]:
+        return sys.stderr
+
+
 def _apply(s: _Settings) -> None:
     import logging.handlers
 
@@ -94,6 +110,7 @@ def _apply(s: _Settings) -> None:
 
     stream = s.stream if s.stream is not None else sys.stderr
     tty = getattr(stream, "isatty", lambda: False)()
+    console = logging.StreamHandler(s.stream) if s.stream is not None else _StderrHandler()
     fmt = ("console" if tty else "json") if s.fmt == "auto" else s.fmt
     renderer = (
         structlog.dev.ConsoleRenderer(colors=tty)
@@ -104,7 +121,7 @@ def _apply(s: _Settings) -> None:
     for old in list(root.handlers):
         root.removeHandler(old)
         old.close()
-    root.addHandler(handler(logging.StreamHandler(stream), renderer))
+    root.addHandler(handler(console, renderer))
     if s.file is not None:
         s.file.parent.mkdir(parents=True, exist_ok=True)
         rotating = logging.handlers.RotatingFileHandler(

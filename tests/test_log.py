@@ -16,7 +16,7 @@ from scxctl import log
 @pytest.fixture(autouse=True)
 def restore_logging() -> Iterator[None]:
     yield
-    log.configure("json", logging.INFO, io.StringIO())
+    log.configure("json", logging.INFO)  # later tests' records reach their own captured stderr
 
 
 def test_json_lines_with_level_logger_and_timestamp() -> None:
@@ -27,6 +27,19 @@ def test_json_lines_with_level_logger_and_timestamp() -> None:
     assert entry["event"] == "hello" and entry["answer"] == 42
     assert entry["level"] == "info" and entry["logger"] == "scxctl.test"
     assert entry["timestamp"].endswith("Z")
+
+
+def test_default_stream_follows_sys_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    # pytest gives each test its own sys.stderr and closes the last one: records must follow it.
+    first = io.StringIO()
+    monkeypatch.setattr("sys.stderr", first)
+    log.configure("json", logging.INFO)
+    log.get_logger("scxctl.test").info("one")
+    first.close()
+    second = io.StringIO()
+    monkeypatch.setattr("sys.stderr", second)
+    log.get_logger("scxctl.test").info("two")
+    assert [json.loads(line)["event"] for line in second.getvalue().splitlines()] == ["two"]
 
 
 def test_auto_on_a_non_tty_is_json() -> None:

@@ -150,6 +150,53 @@ def test_watch_sees_a_kernel_panic_on_the_console() -> None:
     assert w.panic is not None and "Attempted to kill init" in w.panic
 
 
+def test_panic_excerpt_starts_at_the_kernel_report() -> None:
+    noise = [f"[  {i}.0] boot line {i}" for i in range(100)]
+    oops = ["[ 101.0] BUG: kernel NULL pointer dereference, address: 0000000000000008",
+            "[ 101.0] RIP: 0010:scx_disable_workfn+0x42/0x900"]
+    calls = [f"[ 101.1]  frame_{i}+0x1/0x2" for i in range(60)]
+    panic = "[ 101.2] Kernel panic - not syncing: Fatal exception in interrupt"
+    text = runner.panic_excerpt("\n".join(noise + oops + calls + [panic]))
+    lines = text.splitlines()
+    assert lines[:2] == oops
+    assert lines[-1] == panic and lines[-2] == "..."
+    assert len(lines) == runner.PANIC_EXCERPT_LINES + 2
+    # No marked report: the console's last lines.
+    assert runner.panic_excerpt("\n".join(noise)).splitlines()[-1] == noise[-1]
+
+
+def _fake_runs(monkeypatch: pytest.MonkeyPatch, codes: list[int]) -> list[bool]:
+    """runner.run returns `codes` in turn; the returned list records each boot's tcg_single."""
+    seen: list[bool] = []
+
+    def fake_run(spec: runner.RunSpec, sink: object = None) -> runner.Outcome:
+        seen.append(spec.tcg_single)
+        code = codes[len(seen) - 1]
+        msg = "guest kernel panic: x" if code == HarnessCode.PANIC else None
+        return runner.Outcome(code, b"", msg, "tcg", 1.0, 2.0, "")
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    return seen
+
+
+def test_panics_retry_and_the_last_boot_is_single_threaded(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    P = HarnessCode.PANIC
+    seen = _fake_runs(monkeypatch, [P, P, 0])
+    res = VM(lambda: tmp_path).run("true")
+    assert res.returncode == 0 and res.boots == 3 and res.tcg_single
+    assert seen == [False, False, True]
+    # A performance test keeps parallel vCPUs and gets the panic.
+    seen = _fake_runs(monkeypatch, [P, P, P])
+    res = VM(lambda: tmp_path).run("true", single_on_last_retry=False)
+    assert res.returncode == P and res.boots == 3 and seen == [False, False, False]
+    # No panic, no retry.
+    seen = _fake_runs(monkeypatch, [3])
+    res = VM(lambda: tmp_path).run("true")
+    assert res.returncode == 3 and res.boots == 1 and seen == [False]
+
+
 # ---------------------------------------------------------------- host-only: KVM probe handling
 
 

@@ -32,6 +32,9 @@ PR_SET_PDEATHSIG = 1
 OWNER = "owner.pid"  # in a run dir while its harness process runs
 SHUTDOWN_GRACE_S = 30.0
 _PANIC_RE = re.compile(r"Kernel panic - not syncing:?[^\n]*")
+# Where a kernel report starts: what a reader of a CI log needs to tell a TCG flake from a real bug.
+_OOPS_RE = re.compile(r"BUG:|Oops|general protection fault|WARNING:|RIP:|Kernel panic")
+PANIC_EXCERPT_LINES = 40
 
 
 @dataclass
@@ -95,6 +98,19 @@ class _Watch:
     def feed_console(self, console_tail: str) -> None:
         if self.panic is None and (m := _PANIC_RE.search(console_tail)):
             self.panic = m.group(0).strip()
+
+
+def panic_excerpt(console: str) -> str:
+    """The kernel's report from its first line (or the console's last lines when none is marked)."""
+    lines = console.strip().splitlines()
+    start = next((i for i, line in enumerate(lines) if _OOPS_RE.search(line)), None)
+    if start is None:
+        start = max(0, len(lines) - PANIC_EXCERPT_LINES)
+    excerpt = lines[start:start + PANIC_EXCERPT_LINES]
+    last = next((line for line in reversed(lines) if _PANIC_RE.search(line)), None)
+    if last is not None and last not in excerpt:
+        excerpt += ["...", last]
+    return "\n".join(excerpt)
 
 
 def classify(w: _Watch, timed_out: str | None) -> tuple[int, str | None]:
@@ -256,7 +272,9 @@ def _boot(
             message += f" after {spec.timeout:g} s"
         elif code == HarnessCode.NO_COMMAND and timed_out == "boot":
             message += f" after {boot_timeout:g} s"
-        if code != HarnessCode.TIMEOUT:
+        if code == HarnessCode.PANIC:
+            message += "\n" + panic_excerpt(console)  # the test's failure message shows it
+        elif code != HarnessCode.TIMEOUT:
             tail = "\n".join(console.strip().splitlines()[-15:])
             log.error("guest console (last lines)", console=tail, qemu_stderr=detail[-500:])
     boot_s = (watch.started_at - started) if watch.started_at is not None else None
