@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import importlib
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,8 +21,16 @@ from typer.core import TyperCommand, TyperGroup
 
 from scxctl import __version__
 from scxctl import log as logsetup
-from scxctl.errors import ExitCode, ScxctlError
+from scxctl.errors import ExitCode, ScxctlError, UsageError
 from scxctl.ui import report_error
+
+try:  # typer >= 0.20 vendors click; Debian's typer 0.15 uses the click package
+    from typer import _click as click  # type: ignore[attr-defined]
+except ImportError:
+    import click
+
+# click >= 8.2 raises it for a group called without a command (no_args_is_help): it shows the help
+_NO_ARGS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 @dataclass(frozen=True)
@@ -220,5 +229,21 @@ def global_options(ctx: typer.Context) -> GlobalOptions:
     return root.obj if isinstance(root.obj, GlobalOptions) else GlobalOptions()
 
 
-def main() -> None:
-    app(prog_name="scxctl")
+def main(args: list[str] | None = None) -> None:
+    """Run the CLI; click's usage errors end in our one-line format, not in a Rich box."""
+    try:
+        rv = app(args=args, prog_name="scxctl", standalone_mode=False)
+    except click.exceptions.UsageError as exc:
+        if isinstance(exc, _NO_ARGS_HELP):
+            exc.show()
+            sys.exit(int(ExitCode.USAGE))
+        hint = f"see '{exc.ctx.command_path} -h'" if exc.ctx is not None else None
+        report_error(UsageError(exc.format_message(), hint=hint))
+        sys.exit(int(ExitCode.USAGE))
+    except click.exceptions.ClickException as exc:
+        report_error(ScxctlError(exc.format_message()))
+        sys.exit(exc.exit_code)
+    except typer.Abort:  # EOF at a prompt, or Ctrl-C while click parsed
+        report_error(ScxctlError("interrupted", ExitCode.INTERRUPTED))
+        sys.exit(int(ExitCode.INTERRUPTED))
+    sys.exit(rv if isinstance(rv, int) else 0)

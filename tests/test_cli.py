@@ -80,6 +80,27 @@ def test_usage_errors_exit_2(args: list[str]) -> None:
     assert "Traceback" not in _both(r)
 
 
+@pytest.mark.parametrize(
+    ("args", "message", "help_path"),
+    [
+        (["bench", "fairness", "--min-time", "x"], "Invalid value for '--min-time'", "scxctl bench fairness"),
+        (["no-such-command"], "No such command 'no-such-command'", "scxctl"),
+        (["--log-format", "xml", "status"], "Invalid value for '--log-format'", "scxctl"),
+    ],
+)
+def test_usage_errors_are_one_line_through_the_entry_point(
+    args: list[str], message: str, help_path: str
+) -> None:
+    # Through the real entry point: click's own usage errors get our format, not a Rich box.
+    r = subprocess.run([sys.executable, "-m", "scxctl", *args], capture_output=True, text=True,
+                       timeout=60, cwd=REPO)
+    assert r.returncode == int(ExitCode.USAGE), r.stderr
+    lines = r.stderr.splitlines()
+    assert len(lines) == 2 and lines[0].startswith(f"scxctl: error: {message}"), r.stderr
+    assert lines[1] == f"scxctl: hint: see '{help_path} -h'"
+    assert r.stdout == ""
+
+
 def _env(root: Path) -> dict[str, str]:
     return {"SCXCTL_SYSROOT": str(root)}
 
