@@ -23,9 +23,12 @@ class ExitCode(IntEnum):
 
 
 class ScxctlError(Exception):
-    """A failure the user can act on: printed as one line, never as a traceback."""
+    """A failure the user can act on: printed as one line, never as a traceback.
 
-    def __init__(self, message: str, code: ExitCode = ExitCode.FAILURE, hint: str | None = None) -> None:
+    `code` is an ExitCode here; the VM harness's VMError subclass carries its own HarnessCode.
+    """
+
+    def __init__(self, message: str, code: IntEnum = ExitCode.FAILURE, hint: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.code = code

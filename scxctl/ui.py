@@ -61,9 +61,9 @@ def print_json(data: Any) -> None:
     sys.stdout.flush()
 
 
-def report_error(exc: ScxctlError) -> None:
+def report_error(exc: ScxctlError, prog: str = "scxctl") -> None:
     """The one-line error format every command uses (plus a hint line when there is one)."""
-    sys.stderr.write(f"scxctl: error: {exc.message}\n")
+    sys.stderr.write(f"{prog}: error: {exc.message}\n")
     if exc.hint:
-        sys.stderr.write(f"scxctl: hint: {exc.hint}\n")
+        sys.stderr.write(f"{prog}: hint: {exc.hint}\n")
     sys.stderr.flush()

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from scxctl import log as logsetup
+from scxctl.ui import report_error
 from tools.vm import accel, image, kernel, qemu, runner
 from tools.vm.codes import HarnessCode, VMError
 from tools.vm.rundisk import Copy
@@ -25,11 +26,11 @@ app = typer.Typer(
 )
 
 
+PROG = "tools.vm"
+
+
 def _fail(exc: VMError) -> typer.Exit:
-    sys.stderr.write(f"tools.vm: error: {exc.message}\n")
-    if exc.hint:
-        sys.stderr.write(f"tools.vm: hint: {exc.hint}\n")
-    sys.stderr.flush()
+    report_error(exc, PROG)
     return typer.Exit(int(exc.code))
 
 
@@ -135,5 +136,5 @@ def main() -> None:
     try:
         app(prog_name="python -m tools.vm")
     except VMError as exc:  # pragma: no cover - every command catches its own
-        sys.stderr.write(f"tools.vm: error: {exc.message}\n")
+        report_error(exc, PROG)
         sys.exit(int(HarnessCode.SETUP))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from scxctl.errors import ScxctlError
+
 
 class HarnessCode(IntEnum):
     TIMEOUT = 124  # the guest command ran past --timeout; QEMU was killed
@@ -16,14 +18,8 @@ class HarnessCode(IntEnum):
     SETUP = 127  # harness set-up error: missing qemu/kernel/image, build or download failure
 
 
-class VMError(Exception):
+class VMError(ScxctlError):
     """A harness failure: printed as one line (plus a hint) and mapped to a HarnessCode."""
 
     def __init__(self, message: str, code: HarnessCode = HarnessCode.SETUP, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.hint = hint
-
-    def __str__(self) -> str:
-        return self.message
+        super().__init__(message, code, hint)
