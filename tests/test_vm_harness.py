@@ -152,6 +152,7 @@ def test_watch_sees_a_kernel_panic_on_the_console() -> None:
 
 def test_panic_excerpt_starts_at_the_kernel_report() -> None:
     noise = [f"[  {i}.0] boot line {i}" for i in range(100)]
+    noise[50] = "[  50.0] WARNING: CPU: 0 PID: 1 at kernel/somewhere.c:1 harmless+0x1/0x2"
     oops = ["[ 101.0] BUG: kernel NULL pointer dereference, address: 0000000000000008",
             "[ 101.0] RIP: 0010:scx_disable_workfn+0x42/0x900"]
     calls = [f"[ 101.1]  frame_{i}+0x1/0x2" for i in range(60)]
@@ -161,8 +162,10 @@ def test_panic_excerpt_starts_at_the_kernel_report() -> None:
     assert lines[:2] == oops
     assert lines[-1] == panic and lines[-2] == "..."
     assert len(lines) == runner.PANIC_EXCERPT_LINES + 2
-    # No marked report: the console's last lines.
-    assert runner.panic_excerpt("\n".join(noise)).splitlines()[-1] == noise[-1]
+    # Only a WARNING: the report starts there. Nothing marked: the console's last lines.
+    assert runner.panic_excerpt("\n".join(noise)).splitlines()[0] == noise[50]
+    plain = noise[:50]
+    assert runner.panic_excerpt("\n".join(plain)).splitlines() == plain[-runner.PANIC_EXCERPT_LINES:]
 
 
 def _fake_runs(monkeypatch: pytest.MonkeyPatch, codes: list[int]) -> list[bool]:

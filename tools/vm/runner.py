@@ -33,7 +33,8 @@ OWNER = "owner.pid"  # in a run dir while its harness process runs
 SHUTDOWN_GRACE_S = 30.0
 _PANIC_RE = re.compile(r"Kernel panic - not syncing:?[^\n]*")
 # Where a kernel report starts: what a reader of a CI log needs to tell a TCG flake from a real bug.
-_OOPS_RE = re.compile(r"BUG:|Oops|general protection fault|WARNING:|RIP:|Kernel panic")
+# An oops first; a WARNING only when there is none (an earlier, harmless one must not crowd it out).
+_OOPS_RES = (re.compile(r"BUG:|Oops|general protection fault"), re.compile(r"WARNING:|RIP:"))
 PANIC_EXCERPT_LINES = 40
 
 
@@ -103,9 +104,8 @@ class _Watch:
 def panic_excerpt(console: str) -> str:
     """The kernel's report from its first line (or the console's last lines when none is marked)."""
     lines = console.strip().splitlines()
-    start = next((i for i, line in enumerate(lines) if _OOPS_RE.search(line)), None)
-    if start is None:
-        start = max(0, len(lines) - PANIC_EXCERPT_LINES)
+    starts = (next((i for i, line in enumerate(lines) if rx.search(line)), None) for rx in _OOPS_RES)
+    start = next((i for i in starts if i is not None), max(0, len(lines) - PANIC_EXCERPT_LINES))
     excerpt = lines[start:start + PANIC_EXCERPT_LINES]
     last = next((line for line in reversed(lines) if _PANIC_RE.search(line)), None)
     if last is not None and last not in excerpt:
