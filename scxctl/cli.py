@@ -230,20 +230,25 @@ def global_options(ctx: typer.Context) -> GlobalOptions:
 
 
 def main(args: list[str] | None = None) -> None:
-    """Run the CLI; click's usage errors end in our one-line format, not in a Rich box."""
+    run_app(app, "scxctl", args)
+
+
+def run_app(typer_app: typer.Typer, prog_name: str, args: list[str] | None = None,
+            prog: str = "scxctl") -> None:
+    """Run a Typer app; click's usage errors end in our one-line format, not in a Rich box."""
     try:
-        rv = app(args=args, prog_name="scxctl", standalone_mode=False)
+        rv = typer_app(args=args, prog_name=prog_name, standalone_mode=False)
     except click.exceptions.UsageError as exc:
         if isinstance(exc, _NO_ARGS_HELP):
             exc.show()
             sys.exit(int(ExitCode.USAGE))
         hint = f"see '{exc.ctx.command_path} -h'" if exc.ctx is not None else None
-        report_error(UsageError(exc.format_message(), hint=hint))
+        report_error(UsageError(exc.format_message(), hint=hint), prog)
         sys.exit(int(ExitCode.USAGE))
     except click.exceptions.ClickException as exc:
-        report_error(ScxctlError(exc.format_message()))
+        report_error(ScxctlError(exc.format_message()), prog)
         sys.exit(exc.exit_code)
     except typer.Abort:  # EOF at a prompt, or Ctrl-C while click parsed
-        report_error(ScxctlError("interrupted", ExitCode.INTERRUPTED))
+        report_error(ScxctlError("interrupted", ExitCode.INTERRUPTED), prog)
         sys.exit(int(ExitCode.INTERRUPTED))
     sys.exit(rv if isinstance(rv, int) else 0)

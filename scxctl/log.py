@@ -108,9 +108,8 @@ def _apply(s: _Settings) -> None:
         )
         return h
 
-    stream = s.stream if s.stream is not None else sys.stderr
-    tty = getattr(stream, "isatty", lambda: False)()
     console = logging.StreamHandler(s.stream) if s.stream is not None else _StderrHandler()
+    tty = getattr(console.stream, "isatty", lambda: False)()
     fmt = ("console" if tty else "json") if s.fmt == "auto" else s.fmt
     renderer = (
         structlog.dev.ConsoleRenderer(colors=tty)

@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -148,6 +149,16 @@ def test_watch_sees_a_kernel_panic_on_the_console() -> None:
     assert w.panic is None
     w.feed_console("[  4.2] Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000100\n")
     assert w.panic is not None and "Attempted to kill init" in w.panic
+
+
+def test_usage_error_is_one_line() -> None:
+    r = subprocess.run([sys.executable, "-m", "tools.vm", "run", "--timeout", "0", "--", "true"],
+                       capture_output=True, text=True, timeout=60, cwd=Path(__file__).parent.parent)
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [
+        "tools.vm: error: Invalid value for '--timeout': 0.0 is not in the range x>=1.",
+        "tools.vm: hint: see 'python -m tools.vm run -h'",
+    ]
 
 
 def test_panic_excerpt_starts_at_the_kernel_report() -> None:

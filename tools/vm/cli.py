@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from scxctl import log as logsetup
+from scxctl.cli import run_app
 from scxctl.ui import report_error
 from tools.vm import accel, image, kernel, qemu, runner
 from tools.vm.codes import HarnessCode, VMError
@@ -125,16 +126,16 @@ def run_cmd(
     except VMError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
-        sys.stderr.write("tools.vm: error: interrupted\n")
+        report_error(VMError("interrupted"), PROG)
         raise typer.Exit(130) from None
     if outcome.message is not None:
-        sys.stderr.write(f"tools.vm: error: {outcome.message} (exit {outcome.returncode})\n")
+        report_error(VMError(f"{outcome.message} (exit {outcome.returncode})"), PROG)
     raise typer.Exit(outcome.returncode)
 
 
 def main() -> None:
     try:
-        app(prog_name="python -m tools.vm")
+        run_app(app, "python -m tools.vm", prog=PROG)
     except VMError as exc:  # pragma: no cover - every command catches its own
         report_error(exc, PROG)
         sys.exit(int(HarnessCode.SETUP))
