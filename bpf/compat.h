@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * One pyland object for kernels 6.12 through 7.3.
+ * One pyland object for every kernel with sched_ext from 6.12 through 7.3 (tested: each Debian
+ * trixie-backports kernel from 6.16 on).
  *
  * vmlinux.h is included with BPF_NO_KFUNC_PROTOTYPES: every sched_ext kfunc pyland calls is declared
  * here, `__ksym __weak`, under a flavoured name. libbpf (>= 1.3) strips the last `___suffix` when it
@@ -13,6 +14,7 @@
  *   6.19  scx_bpf_dsq_insert___v2 (returns bool), __scx_bpf_dsq_insert_vtime(p, args),
  *         scx_bpf_task_set_slice()
  *   7.1   scx_bpf_dsq_move_to_local___v2(dsq_id, enq_flags)
+ *   7.2   implicit `struct bpf_prog_aux *` arguments (see PYL_AUX below)
  *   7.3   scx_bpf_cpu_rq() removed: never referenced here.
  * A name the kernel itself spells with `___v2` needs a second suffix (`___v2___pyl`) because libbpf
  * strips only the last one.
@@ -37,22 +39,119 @@
 #define BPF_STRUCT_OPS(name, args...)		SEC("struct_ops/" #name) BPF_PROG(name, ##args)
 #define BPF_STRUCT_OPS_SLEEPABLE(name, args...)	SEC("struct_ops.s/" #name) BPF_PROG(name, ##args)
 
-/* kfuncs present in every kernel since 6.12 */
-s32 scx_bpf_create_dsq(u64 dsq_id, s32 node) __ksym;
-s32 scx_bpf_dsq_nr_queued(u64 dsq_id) __ksym;
-void scx_bpf_kick_cpu(s32 cpu, u64 flags) __ksym;
-s32 scx_bpf_select_cpu_dfl(struct task_struct *p, s32 prev_cpu, u64 wake_flags, bool *is_idle) __ksym;
-s32 scx_bpf_pick_idle_cpu(const struct cpumask *cpus_allowed, u64 flags) __ksym;
+/* kfuncs whose prototype is the same in every kernel since 6.12 */
 s32 scx_bpf_task_cpu(const struct task_struct *p) __ksym;
-u32 scx_bpf_dispatch_nr_slots(void) __ksym;
 u32 scx_bpf_nr_cpu_ids(void) __ksym;
-void scx_bpf_error_bstr(char *fmt, unsigned long long *data, u32 data__sz) __ksym;
 struct task_struct *bpf_task_from_pid(s32 pid) __ksym;
 void bpf_task_release(struct task_struct *p) __ksym;
 bool bpf_cpumask_test_cpu(u32 cpu, const struct cpumask *cpumask) __ksym;
+void bpf_rcu_read_lock(void) __ksym;
+void bpf_rcu_read_unlock(void) __ksym;
+
+/*
+ * The verifier passes some kfuncs the calling program's `struct bpf_prog_aux *` itself, as a last,
+ * implicit argument (7.2: it tells the kfunc which scheduler calls it). Kernels from 7.3 on, and most
+ * 7.2 builds, describe such a kfunc in BTF without that argument and add a second `NAME_impl` entry
+ * with it; but several Debian 7.2 kernels (7.2.6, 7.2.9, 7.2.11, 7.2.12, each a different set) carry
+ * only the prototype *with* `aux` under the plain name. libbpf refuses an extern whose prototype
+ * differs from the kernel's ("func_proto ... incompatible with vmlinux") unless it is weak, in which
+ * case it leaves it unresolved. So each of these kfuncs is declared weak as `___pyl`, the way
+ * programs call it, and bpf_ksym_exists() tells whether this kernel offers it that way.
+ *
+ * Where it does not, the verifier cannot call it either: it looks for `NAME_impl` ("cannot find
+ * function NAME_impl in BTF"). What pyland can do without has a fallback below (enum
+ * pyland_compat in pyland.h). What it cannot (creating DSQs, kicking CPUs, ...) is also declared
+ * as `___aux`, with the argument, and called when `___pyl` is missing, so that the load fails with
+ * the verifier's message naming the missing kfunc instead of an anonymous unresolved call; the
+ * NULL passed for `aux` would be replaced by the verifier, which fills that argument in itself.
+ */
+#define PYL_AUX		((struct bpf_prog_aux *)0)
+
+s32 scx_bpf_create_dsq___pyl(u64 dsq_id, s32 node) __ksym __weak;
+s32 scx_bpf_create_dsq___aux(u64 dsq_id, s32 node, struct bpf_prog_aux *aux) __ksym __weak;
+
+static __always_inline s32 pyl_create_dsq(u64 dsq_id, s32 node)
+{
+	if (bpf_ksym_exists(scx_bpf_create_dsq___aux))
+		return scx_bpf_create_dsq___aux(dsq_id, node, PYL_AUX);
+	return scx_bpf_create_dsq___pyl(dsq_id, node);
+}
+
+s32 scx_bpf_dsq_nr_queued___pyl(u64 dsq_id) __ksym __weak;
+s32 scx_bpf_dsq_nr_queued___aux(u64 dsq_id, struct bpf_prog_aux *aux) __ksym __weak;
+
+static __always_inline s32 pyl_dsq_nr_queued(u64 dsq_id)
+{
+	if (bpf_ksym_exists(scx_bpf_dsq_nr_queued___aux))
+		return scx_bpf_dsq_nr_queued___aux(dsq_id, PYL_AUX);
+	return scx_bpf_dsq_nr_queued___pyl(dsq_id);
+}
+
+void scx_bpf_kick_cpu___pyl(s32 cpu, u64 flags) __ksym __weak;
+void scx_bpf_kick_cpu___aux(s32 cpu, u64 flags, struct bpf_prog_aux *aux) __ksym __weak;
+
+static __always_inline void pyl_kick_cpu(s32 cpu, u64 flags)
+{
+	if (bpf_ksym_exists(scx_bpf_kick_cpu___aux))
+		scx_bpf_kick_cpu___aux(cpu, flags, PYL_AUX);
+	else
+		scx_bpf_kick_cpu___pyl(cpu, flags);
+}
+
+s32 scx_bpf_select_cpu_dfl___pyl(struct task_struct *p, s32 prev_cpu, u64 wake_flags,
+				 bool *is_idle) __ksym __weak;
+/* without it (PYLAND_NO_SELECT_CPU_DFL) a waking task stays on its previous CPU, never "idle" */
+static __always_inline s32 pyl_select_cpu_dfl(struct task_struct *p, s32 prev_cpu, u64 wake_flags,
+					      bool *is_idle)
+{
+	if (bpf_ksym_exists(scx_bpf_select_cpu_dfl___pyl))
+		return scx_bpf_select_cpu_dfl___pyl(p, prev_cpu, wake_flags, is_idle);
+	*is_idle = false;
+	return prev_cpu;
+}
+
+s32 scx_bpf_pick_idle_cpu___pyl(const struct cpumask *cpus_allowed, u64 flags) __ksym __weak;
+
+/* without it (PYLAND_NO_PICK_IDLE_CPU) no CPU is ever reported idle: -EBUSY, as when none is */
+static __always_inline s32 pyl_pick_idle_cpu(const struct cpumask *cpus_allowed, u64 flags)
+{
+	if (bpf_ksym_exists(scx_bpf_pick_idle_cpu___pyl))
+		return scx_bpf_pick_idle_cpu___pyl(cpus_allowed, flags);
+	return -EBUSY;
+}
+
+u32 scx_bpf_dispatch_nr_slots___pyl(void) __ksym __weak;
+
+/*
+ * Dispatch-buffer slots left in this ops.dispatch call, or -1 when the kernel cannot say
+ * (PYLAND_NO_DISPATCH_SLOTS): the caller then counts its own inserts against the default buffer
+ * size, SCX_DSP_DFL_MAX_BATCH (pyland does not set ops.dispatch_max_batch).
+ */
+#define PYL_DISPATCH_BATCH	32
+
+static __always_inline s32 pyl_dispatch_nr_slots(void)
+{
+	if (bpf_ksym_exists(scx_bpf_dispatch_nr_slots___pyl))
+		return scx_bpf_dispatch_nr_slots___pyl();
+	return -1;
+}
+
+void scx_bpf_error_bstr___pyl(char *fmt, unsigned long long *data, u32 data__sz) __ksym __weak;
+void scx_bpf_error_bstr___aux(char *fmt, unsigned long long *data, u32 data__sz,
+			      struct bpf_prog_aux *aux) __ksym __weak;
+
+static __always_inline void pyl_error_bstr(char *fmt, unsigned long long *data, u32 data__sz)
+{
+	if (bpf_ksym_exists(scx_bpf_error_bstr___aux))
+		scx_bpf_error_bstr___aux(fmt, data, data__sz, PYL_AUX);
+	else
+		scx_bpf_error_bstr___pyl(fmt, data, data__sz);
+}
 
 /* insert into a FIFO DSQ */
 bool scx_bpf_dsq_insert___v2___pyl(struct task_struct *p, u64 dsq_id, u64 slice, u64 enq_flags) __ksym __weak;
+bool scx_bpf_dsq_insert___v2___aux(struct task_struct *p, u64 dsq_id, u64 slice, u64 enq_flags,
+				   struct bpf_prog_aux *aux) __ksym __weak;
 void scx_bpf_dsq_insert___v1(struct task_struct *p, u64 dsq_id, u64 slice, u64 enq_flags) __ksym __weak;
 void scx_bpf_dispatch___v0(struct task_struct *p, u64 dsq_id, u64 slice, u64 enq_flags) __ksym __weak;
 
@@ -69,6 +168,8 @@ static __always_inline void pyl_dsq_insert(struct task_struct *p, u64 dsq_id, u6
 /* insert into a vtime-ordered DSQ */
 bool __scx_bpf_dsq_insert_vtime___v2(struct task_struct *p,
 				     struct scx_bpf_dsq_insert_vtime_args *args) __ksym __weak;
+bool __scx_bpf_dsq_insert_vtime___aux(struct task_struct *p, struct scx_bpf_dsq_insert_vtime_args *args,
+				      struct bpf_prog_aux *aux) __ksym __weak;
 void scx_bpf_dsq_insert_vtime___v1(struct task_struct *p, u64 dsq_id, u64 slice, u64 vtime,
 				   u64 enq_flags) __ksym __weak;
 void scx_bpf_dispatch_vtime___v0(struct task_struct *p, u64 dsq_id, u64 slice, u64 vtime,
@@ -78,9 +179,11 @@ static __always_inline void pyl_dsq_insert_vtime(struct task_struct *p, u64 dsq_
 						 u64 enq_flags)
 {
 	if (bpf_ksym_exists(__scx_bpf_dsq_insert_vtime___v2)) {
+		/* the args struct only exists in kernels that have this kfunc (CO-RE relocated) */
 		struct scx_bpf_dsq_insert_vtime_args args = {
 			.dsq_id = dsq_id, .slice = slice, .vtime = vtime, .enq_flags = enq_flags,
 		};
+
 		__scx_bpf_dsq_insert_vtime___v2(p, &args);
 	} else if (bpf_ksym_exists(scx_bpf_dsq_insert_vtime___v1)) {
 		scx_bpf_dsq_insert_vtime___v1(p, dsq_id, slice, vtime, enq_flags);
@@ -91,6 +194,7 @@ static __always_inline void pyl_dsq_insert_vtime(struct task_struct *p, u64 dsq_
 
 /* move the first task of a DSQ to this CPU's local DSQ; true when one moved */
 bool scx_bpf_dsq_move_to_local___v2___pyl(u64 dsq_id, u64 enq_flags) __ksym __weak;
+bool scx_bpf_dsq_move_to_local___v2___aux(u64 dsq_id, u64 enq_flags, struct bpf_prog_aux *aux) __ksym __weak;
 bool scx_bpf_dsq_move_to_local___v1(u64 dsq_id) __ksym __weak;
 bool scx_bpf_consume___v0(u64 dsq_id) __ksym __weak;
 
@@ -104,9 +208,38 @@ static __always_inline bool pyl_dsq_move_to_local(u64 dsq_id)
 }
 
 /* iterate a DSQ and move a task found there (6.12: the dispatch_from_dsq names) */
-int bpf_iter_scx_dsq_new(struct bpf_iter_scx_dsq *it, u64 dsq_id, u64 flags) __ksym __weak;
+int bpf_iter_scx_dsq_new___pyl(struct bpf_iter_scx_dsq *it, u64 dsq_id, u64 flags) __ksym __weak;
+int bpf_iter_scx_dsq_new___aux(struct bpf_iter_scx_dsq *it, u64 dsq_id, u64 flags,
+			       struct bpf_prog_aux *aux) __ksym __weak;
 struct task_struct *bpf_iter_scx_dsq_next(struct bpf_iter_scx_dsq *it) __ksym __weak;
 void bpf_iter_scx_dsq_destroy(struct bpf_iter_scx_dsq *it) __ksym __weak;
+
+/* the facilities above that this kernel cannot give (enum pyland_compat) */
+static __always_inline u64 pyl_compat_missing(void)
+{
+	u64 missing = 0;
+
+	if (!bpf_ksym_exists(scx_bpf_select_cpu_dfl___pyl))
+		missing |= PYLAND_NO_SELECT_CPU_DFL;
+	if (!bpf_ksym_exists(scx_bpf_pick_idle_cpu___pyl))
+		missing |= PYLAND_NO_PICK_IDLE_CPU;
+	if (!bpf_ksym_exists(scx_bpf_dispatch_nr_slots___pyl))
+		missing |= PYLAND_NO_DISPATCH_SLOTS;
+	return missing;
+}
+
+/*
+ * Start walking a DSQ. The verifier insists that every iterator started is destroyed, whatever
+ * _new returned (a failed start leaves an empty iterator), so callers always pair this with
+ * bpf_iter_scx_dsq_destroy(); bpf_for_each() cannot be used, it calls the plain _new by name.
+ */
+static __always_inline void pyl_iter_dsq_new(struct bpf_iter_scx_dsq *it, u64 dsq_id, u64 flags)
+{
+	if (bpf_ksym_exists(bpf_iter_scx_dsq_new___aux))
+		bpf_iter_scx_dsq_new___aux(it, dsq_id, flags, PYL_AUX);
+	else
+		bpf_iter_scx_dsq_new___pyl(it, dsq_id, flags);
+}
 bool scx_bpf_dsq_move___v1(struct bpf_iter_scx_dsq *it__iter, struct task_struct *p, u64 dsq_id,
 			   u64 enq_flags) __ksym __weak;
 bool scx_bpf_dispatch_from_dsq___v0(struct bpf_iter_scx_dsq *it__iter, struct task_struct *p, u64 dsq_id,
@@ -135,6 +268,7 @@ static __always_inline u64 pyl_now(void)
 
 /* 7.0 warns on direct writes to p->scx.slice; the kfunc exists from 6.19 */
 bool scx_bpf_task_set_slice___v1(struct task_struct *p, u64 slice) __ksym __weak;
+bool scx_bpf_task_set_slice___aux(struct task_struct *p, u64 slice, struct bpf_prog_aux *aux) __ksym __weak;
 
 static __always_inline void pyl_set_slice(struct task_struct *p, u64 slice)
 {
@@ -155,7 +289,7 @@ static __always_inline void pyl_set_slice(struct task_struct *p, u64 slice)
 	___bpf_fill(___param, args);						\
 	_Pragma("GCC diagnostic pop")						\
 										\
-	scx_bpf_error_bstr(___fmt, ___param, sizeof(___param));			\
+	pyl_error_bstr(___fmt, ___param, sizeof(___param));			\
 })
 
 #endif /* __PYLAND_COMPAT_H */

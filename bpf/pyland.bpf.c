@@ -17,8 +17,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
-#include "compat.h"
 #include "pyland.h"
+#include "compat.h"
 
 char _license[] SEC("license") = "GPL";
 
@@ -175,7 +175,7 @@ static __always_inline bool direct_wake_allowed(const struct task_ctx *tctx, s32
 
 	if (!cfg.direct_wake_ns || !(enq_flags & SCX_ENQ_WAKEUP) || !tctx->latency_critical)
 		return false;
-	if (!scx_bpf_dsq_nr_queued(cpu_dsq(cpu)) && !scx_bpf_dsq_nr_queued(SHARED_DSQ))
+	if (!pyl_dsq_nr_queued(cpu_dsq(cpu)) && !pyl_dsq_nr_queued(SHARED_DSQ))
 		return true;	/* nobody waits that the insertion could pass */
 	cctx = lookup_cpu_ctx(cpu);
 	return cctx && pyl_now() - cctx->dispatch_at < cfg.direct_wake_ns;
@@ -195,12 +195,12 @@ s32 BPF_STRUCT_OPS(pyland_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 	 * of schtest's adaptive_priority is pinned to one CPU) while the other CPU idled.
 	 */
 	if (is_usersched(p)) {
-		cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
+		cpu = pyl_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
 		return is_idle ? cpu : prev_cpu;
 	}
 
 	/* R8: an idle CPU gets the task at once, without a Python round trip. */
-	cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
+	cpu = pyl_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
 	if (is_idle) {
 		pyl_dsq_insert(p, SCX_DSQ_LOCAL, cfg.slice_ns, 0);
 		__sync_fetch_and_add(&shared.nr_direct, 1);
@@ -246,7 +246,7 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 		 * decisions it produced (R3). Kick its CPU so an idle CPU notices it.
 		 */
 		pyl_dsq_insert(p, SCHED_DSQ, USERSCHED_SLICE_NS, enq_flags);
-		scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_IDLE);
+		pyl_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_IDLE);
 		return;
 	}
 
@@ -330,7 +330,7 @@ fallback:
 	/* the shared DSQ with the task's last deadline: it runs on the first CPU that looks */
 	tctx->dsq_at = pyl_now();
 	pyl_dsq_insert_vtime(p, SHARED_DSQ, cfg.slice_ns, tctx->deadline, enq_flags);
-	scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_IDLE);
+	pyl_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_IDLE);
 }
 
 /*
@@ -354,13 +354,17 @@ static __always_inline bool deadline_passes_running(s32 cpu, u64 deadline)
  * Returns 1 (stop draining) when this CPU has no dispatch slot left: a further insert would overflow
  * the dispatch buffer, which the kernel treats as a scheduler error.
  */
-static long apply_decision(struct bpf_dynptr *dynptr, void *ctx)
+struct drain_ctx {
+	u32 inserted;		/* decisions this drain put into the dispatch buffer */
+};
+
+static long apply_decision(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 {
 	const struct pyland_decision *d;
 	struct task_struct *p;
 	struct task_ctx *tctx;
 	s32 this_cpu = bpf_get_smp_processor_id();
-	s32 target;
+	s32 target, slots;
 	u64 dsq, slice;
 
 	d = bpf_dynptr_data(dynptr, 0, sizeof(*d));
@@ -417,6 +421,7 @@ static long apply_decision(struct bpf_dynptr *dynptr, void *ctx)
 	 */
 	tctx->dsq_at = pyl_now();
 	pyl_dsq_insert_vtime(p, dsq, slice, d->deadline, 0);
+	dctx->inserted++;
 	__sync_fetch_and_add(&shared.nr_dispatched, 1);
 
 	/*
@@ -426,19 +431,22 @@ static long apply_decision(struct bpf_dynptr *dynptr, void *ctx)
 	 */
 	if (target != this_cpu) {
 		if (d->flags & PYLAND_DECISION_PREEMPT) {
-			scx_bpf_kick_cpu(target, SCX_KICK_PREEMPT);
+			pyl_kick_cpu(target, SCX_KICK_PREEMPT);
 			__sync_fetch_and_add(&shared.nr_preempt_kicks, 1);
 		} else if (deadline_passes_running(target, d->deadline)) {
-			scx_bpf_kick_cpu(target, SCX_KICK_PREEMPT);
+			pyl_kick_cpu(target, SCX_KICK_PREEMPT);
 			__sync_fetch_and_add(&shared.nr_deadline_preempts, 1);
 		} else {
-			scx_bpf_kick_cpu(target, SCX_KICK_IDLE);
+			pyl_kick_cpu(target, SCX_KICK_IDLE);
 		}
 	}
 release:
 	bpf_task_release(p);
 out:
-	return scx_bpf_dispatch_nr_slots() ? 0 : 1;
+	slots = pyl_dispatch_nr_slots();
+	if (slots < 0)
+		return dctx->inserted < PYL_DISPATCH_BATCH ? 0 : 1;
+	return slots ? 0 : 1;
 }
 
 /*
@@ -450,10 +458,12 @@ out:
  */
 static int rescue_starved(u64 dsq_id, u64 now, s32 this_cpu)
 {
+	struct bpf_iter_scx_dsq it;
 	struct task_struct *p;
 	int scanned = 0, rescued = 0;
 
-	bpf_for_each(scx_dsq, p, dsq_id, pyl_dsq_iter_rev()) {
+	pyl_iter_dsq_new(&it, dsq_id, pyl_dsq_iter_rev());
+	while ((p = bpf_iter_scx_dsq_next(&it))) {
 		struct task_ctx *tctx = lookup_task_ctx(p);
 
 		/*
@@ -463,7 +473,7 @@ static int rescue_starved(u64 dsq_id, u64 now, s32 this_cpu)
 		if (tctx && now - tctx->dsq_at >= cfg.starve_ns &&
 		    bpf_cpumask_test_cpu(this_cpu, p->cpus_ptr) &&
 		    (!bpf_core_field_exists(p->migration_disabled) || !BPF_CORE_READ(p, migration_disabled)) &&
-		    pyl_dsq_move(&___it, p, SCX_DSQ_LOCAL)) {
+		    pyl_dsq_move(&it, p, SCX_DSQ_LOCAL)) {
 			__sync_fetch_and_add(&shared.nr_rescued, 1);
 			if (++rescued >= RESCUE_MAX)
 				break;
@@ -471,19 +481,22 @@ static int rescue_starved(u64 dsq_id, u64 now, s32 this_cpu)
 		if (++scanned >= RESCUE_SCAN_MAX)
 			break;
 	}
+	bpf_iter_scx_dsq_destroy(&it);
 	return rescued;
 }
 
 /* the deadline of the first task of a vtime-ordered DSQ; false when it is empty */
 static __always_inline bool dsq_head_deadline(u64 dsq_id, u64 *deadline)
 {
+	struct bpf_iter_scx_dsq it;
 	struct task_struct *p;
 
-	bpf_for_each(scx_dsq, p, dsq_id, 0) {
+	pyl_iter_dsq_new(&it, dsq_id, 0);
+	p = bpf_iter_scx_dsq_next(&it);
+	if (p)
 		*deadline = p->scx.dsq_vtime;
-		return true;
-	}
-	return false;
+	bpf_iter_scx_dsq_destroy(&it);
+	return p != NULL;
 }
 
 /*
@@ -508,6 +521,7 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 {
 	bool after_usersched = prev && is_usersched(prev);
 	struct cpu_ctx *cctx = lookup_cpu_ctx(cpu);
+	struct drain_ctx dctx = {};
 	long drained;
 	u64 now;
 
@@ -519,8 +533,8 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 	 * makes it decide again while the tasks it already placed still wait (the "yield without
 	 * drain-first" regression, metric 24.48, in the article).
 	 */
-	if (scx_bpf_dispatch_nr_slots()) {
-		drained = bpf_user_ringbuf_drain(&dispatched, apply_decision, NULL, 0);
+	if (pyl_dispatch_nr_slots()) {	/* -1, unknown, is "some": nothing was inserted yet */
+		drained = bpf_user_ringbuf_drain(&dispatched, apply_decision, &dctx, 0);
 		if (drained == -EBUSY)
 			__sync_fetch_and_add(&shared.nr_drain_busy, 1);
 	}
@@ -620,7 +634,7 @@ void BPF_STRUCT_OPS(pyland_tick, struct task_struct *p)
 	 * The scheduler is runnable and waiting with work to do: end the current slice now so this
 	 * CPU goes through ops.dispatch, which runs the scheduler first.
 	 */
-	if (scx_bpf_dsq_nr_queued(SCHED_DSQ) > 0 && usersched_has_pending()) {
+	if (pyl_dsq_nr_queued(SCHED_DSQ) > 0 && usersched_has_pending()) {
 		pyl_set_slice(p, 0);
 		__sync_fetch_and_add(&shared.nr_tick_yields, 1);
 	}
@@ -657,12 +671,22 @@ static int heartbeat_fn(void *map, int *key, struct heartbeat *hb)
 	if (usersched_has_pending() && now - shared.usersched_last_run_at >= cfg.timer_ns) {
 		p = bpf_task_from_pid(cfg.usersched_tgid);
 		if (p) {
-			s32 cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+			s32 cpu;
+
+			/*
+			 * Kernels 6.16 and 6.17 verify this callback as part of the sleepable ops.init
+			 * that armed the timer, so it is not an RCU read-side section there and
+			 * p->cpus_ptr, an RCU-protected pointer, is refused as the idle mask ("R1 must
+			 * be a rcu pointer"). The explicit read lock makes it one on every kernel.
+			 */
+			bpf_rcu_read_lock();
+			cpu = pyl_pick_idle_cpu(p->cpus_ptr, 0);
+			bpf_rcu_read_unlock();
 
 			if (cpu >= 0)
-				scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+				pyl_kick_cpu(cpu, SCX_KICK_IDLE);
 			else
-				scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_PREEMPT);
+				pyl_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_PREEMPT);
 			bpf_task_release(p);
 			__sync_fetch_and_add(&shared.nr_timer_kicks, 1);
 		}
@@ -678,19 +702,20 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(pyland_init)
 	s32 err;
 	u32 i;
 
+	shared.compat_missing = pyl_compat_missing();
 	if (nr_cpus > MAX_CPUS) {
 		scx_bpf_error("pyland: %u CPUs, at most %d supported", nr_cpus, MAX_CPUS);
 		return -E2BIG;
 	}
 	bpf_for(i, 0, nr_cpus) {
-		err = scx_bpf_create_dsq(cpu_dsq(i), -1);
+		err = pyl_create_dsq(cpu_dsq(i), -1);
 		if (err)
 			return err;
 	}
-	err = scx_bpf_create_dsq(SHARED_DSQ, -1);
+	err = pyl_create_dsq(SHARED_DSQ, -1);
 	if (err)
 		return err;
-	err = scx_bpf_create_dsq(SCHED_DSQ, -1);
+	err = pyl_create_dsq(SCHED_DSQ, -1);
 	if (err)
 		return err;
 

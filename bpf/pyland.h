@@ -42,6 +42,16 @@ struct pyland_decision {
 	__u64 enq_cnt;		/* echo of pyland_task.enq_cnt; a stale generation is dropped */
 };
 
+/*
+ * Kernel facilities pyland can run without, for kernels that cannot provide them (compat.h says
+ * which and why). ops.init records the missing ones in pyland_shared.compat_missing.
+ */
+enum pyland_compat {
+	PYLAND_NO_SELECT_CPU_DFL	= 1 << 0,	/* no idle-CPU pick at wake-up: tasks stay put */
+	PYLAND_NO_PICK_IDLE_CPU		= 1 << 1,	/* the heartbeat preempts the scheduler's CPU */
+	PYLAND_NO_DISPATCH_SLOTS	= 1 << 2,	/* decisions drained in batches of the default size */
+};
+
 /* read-only configuration (.rodata), written by user space before load */
 struct pyland_config {
 	__u64 slice_ns;		/* BPF default/refill slice (1 ms); NOT the 20 ms user-space budget */
@@ -90,6 +100,7 @@ struct pyland_shared {
 	__u64 nr_wake_updates;		/* decisions for those wake-ups: grant/vtime updated, not placed */
 	__u64 nr_quiet;			/* records of direct wake-ups, submitted without waking user space */
 	__u64 nr_deadline_preempts;	/* decisions whose deadline preempted the running task */
+	__u64 compat_missing;		/* PYLAND_NO_* bits: what this kernel cannot give (set in ops.init) */
 	/* written by user space */
 	__u64 nr_consumed;		/* records read from `queued` */
 	__u64 nr_scheduled;		/* tasks read but whose decision is not yet written (the pool) */

@@ -273,7 +273,8 @@ def no_programs(argv: list[str]) -> CommandOutput:
 
 
 def context(fake: FakeRoot, **overrides: Any) -> DoctorContext:
-    """A DoctorContext that touches nothing real: a privileged root with libbpf 1.5 and no programs."""
+    """A DoctorContext that touches nothing real: a privileged root with libbpf 1.5, no programs,
+    and a kernel that accepts any BPF object (the trial load succeeds without loading anything)."""
     defaults: dict[str, Any] = {
         "sysroot": fake.sysroot,
         "euid": lambda: 0,
@@ -281,6 +282,7 @@ def context(fake: FakeRoot, **overrides: Any) -> DoctorContext:
         "load_library": lambda name: FakeLibbpf(),
         "search_path": str(fake.path("/nonexistent-bin")),
         "run": no_programs,
+        "bpf_load": lambda path, sysroot: None,
     }
     defaults.update(overrides)
     return DoctorContext(**defaults)

@@ -238,3 +238,18 @@ def test_libbpf_messages_go_to_structlog_at_debug(objs: Path) -> None:
     assert libbpf_events, stream.getvalue()[:2000]
     assert all(e["level"] == "debug" for e in libbpf_events)
     assert any("globals" in e["msg"] for e in libbpf_events)  # formatted through vsnprintf
+
+
+def test_a_kfunc_without_its_impl_entry_is_named_as_a_kernel_defect() -> None:
+    # the log a Debian 7.2.12 kernel gives pyland: its BTF has scx_bpf_error_bstr with the `aux`
+    # argument but no scx_bpf_error_bstr_impl, so no program can call the kfunc there
+    log = ("cannot find function scx_bpf_error_bstr_impl in BTF\n"
+           "kernel function btf_id 104453 does not have a valid func_proto\n"
+           "processed 0 insns (limit 1000000) max_states_per_insn 0 total_states 0 peak_states 0 mark_read 0\n")
+    e = L.error_for_errno(errno.EINVAL, "loading pyland.bpf.o failed", log=log)
+    assert e.code == ExitCode.UNSUPPORTED
+    assert "cannot call the kfunc scx_bpf_error_bstr:" in e.message
+    assert "no scx_bpf_error_bstr_impl" in e.message
+    # any other verifier complaint stays a verifier rejection
+    other = L.error_for_errno(errno.EINVAL, "loading x", log="0: (85) call foo\nR1 must be a rcu pointer\n")
+    assert other.code == ExitCode.BPF and "R1 must be a rcu pointer" in other.message

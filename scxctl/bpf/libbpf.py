@@ -276,6 +276,10 @@ def log_tail(log: str, lines: int = _LOG_TAIL_LINES) -> str:
     return "\n".join(kept).rstrip()
 
 
+# The verifier's complaint when a kfunc with implicit arguments has no `_impl` entry in kernel BTF
+_MISSING_IMPL = re.compile(r"cannot find function (?P<name>\w+?)_impl in BTF")
+
+
 def error_for_errno(
     err: int, action: str, *, struct_ops: bool = False, log: str = "", sysroot: SysRoot | None = None
 ) -> BpfError:
@@ -314,6 +318,18 @@ def error_for_errno(
             ExitCode.UNSUPPORTED,
             "the running kernel lacks a sched_ext feature the object needs (see scxctl doctor)",
             err,
+        )
+    if log and (m := _MISSING_IMPL.search(log)):
+        kfunc = m["name"]
+        return BpfError(
+            f"{action}: this kernel cannot call the kfunc {kfunc}: its BTF describes {kfunc} with the "
+            f"verifier-supplied `aux` argument but has no {kfunc}_impl, which the verifier needs "
+            "(a defect of this kernel build: no BPF program can call it here)",
+            ExitCode.UNSUPPORTED,
+            "boot another kernel of the series or a newer one (scxctl doctor checks the object on the "
+            "running kernel)",
+            err,
+            log,
         )
     if log:
         tail = log_tail(log)

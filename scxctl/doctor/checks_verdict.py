@@ -18,6 +18,15 @@ _REASONS = {
 }
 
 
+def _refused_load(ctx: DoctorContext) -> CheckResult | None:
+    """The bpf.object result when its trial load was attempted and the kernel refused the object."""
+    obj = ctx.results.get("bpf.object")
+    load = obj.details.get("load") if obj is not None and obj.status is Status.FAIL else None
+    if isinstance(load, dict) and load.get("attempted") and not load.get("ok"):
+        return obj
+    return None
+
+
 @check(CID, "Verdict")
 def verdict(ctx: DoctorContext) -> CheckResult:
     failed = [r.id for r in ctx.results.values() if r.status is Status.FAIL and r.id != CID]
@@ -27,11 +36,14 @@ def verdict(ctx: DoctorContext) -> CheckResult:
         return result(CID, Status.FAIL, f"THIS KERNEL CANNOT RUN sched_ext SCHEDULERS: {why}",
                       NO_SCHED_EXT_HINT, can_run_sched_ext=False, can_run_pyland=False, failed=failed)
     if failed:
-        return result(CID, Status.FAIL,
-                      "the kernel supports sched_ext, but pyland cannot run here: "
-                      f"{', '.join(failed)} failed",
-                      "fix the failed checks above", can_run_sched_ext=True, can_run_pyland=False,
-                      failed=failed)
+        why, hint = f"{', '.join(failed)} failed", "fix the failed checks above"
+        refused = _refused_load(ctx)
+        if refused is not None:  # the most specific reason there is: the kernel said no to the object
+            why += f"; this kernel refuses the pyland BPF object: {refused.details['load']['error']}"
+            if failed == [refused.id]:
+                hint = refused.hint or hint
+        return result(CID, Status.FAIL, f"the kernel supports sched_ext, but pyland cannot run here: {why}",
+                      hint, can_run_sched_ext=True, can_run_pyland=False, failed=failed)
     loaded = ctx.results.get("sched_ext.loaded")
     if loaded is not None and loaded.details.get("ours") is False:
         return result(CID, Status.WARN,

@@ -14,6 +14,7 @@ import os
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from scxctl.bpf.syscall import probe_map_create
@@ -66,6 +67,15 @@ def run_command(argv: list[str], timeout: float = 10.0) -> CommandOutput:
     return CommandOutput(proc.returncode, proc.stdout + proc.stderr)
 
 
+def trial_load_pyland(path: Path, sysroot: SysRoot) -> None:
+    """Load the pyland object configured as `scxctl run` configures it, without attaching, then close
+    it; raises BpfError with the message `scxctl run` would print. Imported late: the pyland package
+    is heavy and only needed when doctor gets as far as a trial load."""
+    from scxctl.pyland.scheduler import RunOptions, trial_load
+
+    trial_load(path, RunOptions(sysroot=sysroot))
+
+
 def _search_path() -> str:
     """PATH plus the sbin directories (bpftool lives in /usr/sbin, often not on a user's PATH)."""
     dirs = (os.environ.get("PATH") or os.defpath).split(os.pathsep)
@@ -87,6 +97,8 @@ class DoctorContext:
     load_library: Callable[[str], Any] = ctypes.CDLL  # raises OSError when the library is not found
     search_path: str = field(default_factory=_search_path)  # PATH-style list of program directories
     run: Callable[[list[str]], CommandOutput] = run_command
+    # loads a BPF object as `scxctl run` would, without attaching; raises BpfError when the kernel refuses it
+    bpf_load: Callable[[Path, SysRoot], None] = trial_load_pyland
     # results of checks that ran before, by id: later checks may depend on earlier findings
     results: dict[str, CheckResult] = field(default_factory=dict)
 

@@ -13,6 +13,12 @@ OPS_NAME = "pyland"
 CPU_ANY = -1
 DECISION_PREEMPT = 1
 COMM_LEN = 16
+# enum pyland_compat: what ops.init found this kernel cannot give (shared counter compat_missing)
+COMPAT_MISSING = {
+    1 << 0: "scx_bpf_select_cpu_dfl (wake-ups are not moved to idle CPUs)",
+    1 << 1: "scx_bpf_pick_idle_cpu (the heartbeat preempts the scheduler's CPU)",
+    1 << 2: "scx_bpf_dispatch_nr_slots (decisions drained in batches of 32)",
+}
 REASON_LEN = 128
 MSG_LEN = 1024
 
@@ -50,6 +56,7 @@ SHARED_COUNTERS = (
     "nr_wake_updates",
     "nr_quiet",
     "nr_deadline_preempts",
+    "compat_missing",
     # written by user space
     "nr_consumed",
     "nr_scheduled",
@@ -64,4 +71,4 @@ EXIT_OFFSET = 8 * len(SHARED_COUNTERS)
 EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")
 SHARED_SIZE = EXIT_OFFSET + EXIT_INFO.size
 
-assert TASK.size == 80 and DECISION.size == 48 and CONFIG.size == 48 and SHARED_SIZE == 1368
+assert TASK.size == 80 and DECISION.size == 48 and CONFIG.size == 48 and SHARED_SIZE == 1376

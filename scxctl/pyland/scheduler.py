@@ -31,7 +31,7 @@ from scxctl.bpf.ringbuf import open_reader, open_writer
 from scxctl.errors import ExitCode, PermissionDenied, ScxctlError
 from scxctl.pyland.loop import PolicyFailed, SchedulerLoop
 from scxctl.pyland.policy import NSEC_PER_MSEC, NSEC_PER_USEC, PolicyOptions, load_policy
-from scxctl.pyland.records import CONFIG, OPS_NAME
+from scxctl.pyland.records import COMPAT_MISSING, CONFIG, OPS_NAME
 from scxctl.pyland.shared import EXIT_UNREG, ExitInfo, SharedState
 from scxctl.sysfs import STATE_DISABLED, SysRoot, read_sched_ext
 
@@ -86,6 +86,45 @@ def preflight(sysroot: SysRoot) -> None:
                           ExitCode.BUSY, hint="stop it first")
 
 
+def policy_options(opts: RunOptions) -> PolicyOptions:
+    """What the policy and the BPF config are both derived from (raises UsageError when inconsistent)."""
+    return PolicyOptions(nr_cpus=os.cpu_count() or 1, slice_ns=opts.slice_us * NSEC_PER_USEC,
+                         min_slice_ns=opts.slice_min_us * NSEC_PER_USEC, builtin_idle=opts.builtin_idle)
+
+
+def open_configured(path: Path, opts: RunOptions) -> BpfObject:
+    """The pyland object opened and configured for `opts`, not yet loaded.
+
+    The one place that configures the object, so that `scxctl doctor`'s trial load verifies exactly
+    what `scxctl run` would load: the same .rodata and the same one of the two struct_ops maps."""
+    popts = policy_options(opts)
+    obj = BpfObject.open(path, sysroot=opts.sysroot)
+    try:
+        obj.set_rodata_bytes(0, CONFIG.pack(popts.min_slice_ns, os.getpid(), int(opts.builtin_idle), TIMER_NS,
+                                            opts.max_backlog, opts.starve_ms * NSEC_PER_MSEC,
+                                            popts.slice_ns if opts.direct_wake else 0))
+        obj.map(OPS_MAP if opts.partial else PARTIAL_OPS_MAP).set_autocreate(False)
+    except BaseException:
+        obj.close()
+        raise
+    return obj
+
+
+def trial_load(path: Path, opts: RunOptions | None = None) -> None:
+    """Load the object as `scxctl run` would, then close it; raises BpfError as `scxctl run` would.
+
+    Loading verifies every program and resolves every kfunc extern against the running kernel, but
+    registers nothing: a `.struct_ops.link` map only becomes the kernel's scheduler when attached,
+    so this never replaces the running scheduler."""
+    with open_configured(path, opts or RunOptions()) as obj:
+        obj.load()
+
+
+def compat_missing(mask: int) -> list[str]:
+    """What ops.init found missing in this kernel (its broken kfuncs have their own fallbacks)."""
+    return [what for bit, what in COMPAT_MISSING.items() if mask & bit]
+
+
 def _harden() -> None:
     """Lock memory and stop the garbage collector; called after start-up, before attaching."""
     try:
@@ -127,18 +166,10 @@ class Scheduler:
 
     def prepare(self) -> None:
         o = self.opts
-        nr_cpus = os.cpu_count() or 1
-        popts = PolicyOptions(nr_cpus=nr_cpus, slice_ns=o.slice_us * NSEC_PER_USEC,
-                              min_slice_ns=o.slice_min_us * NSEC_PER_USEC, builtin_idle=o.builtin_idle)
-        policy = load_policy(o.policy, popts)  # USAGE errors, validated before anything else
+        policy = load_policy(o.policy, policy_options(o))  # USAGE errors, validated before anything else
         preflight(o.sysroot)
         path = o.object_path or bpfobject.resolve(o.allow_stale)
-        obj = BpfObject.open(path, sysroot=o.sysroot)
-        self.obj = obj
-        obj.set_rodata_bytes(0, CONFIG.pack(popts.min_slice_ns, os.getpid(), int(o.builtin_idle), TIMER_NS,
-                                            o.max_backlog, o.starve_ms * NSEC_PER_MSEC,
-                                            popts.slice_ns if o.direct_wake else 0))
-        obj.map(OPS_MAP if o.partial else PARTIAL_OPS_MAP).set_autocreate(False)
+        self.obj = obj = open_configured(path, o)
         obj.load()
         self.shared = SharedState(obj.map(".bss").initial_value())
         reader = open_reader(obj.map("queued").fd)
@@ -162,6 +193,9 @@ class Scheduler:
             if st.enabled and st.ops == OPS_NAME:
                 self._confirmed = True
                 log.info("pyland enabled", state=st.state, ops=st.ops, switch_all=st.switch_all)
+                if missing := compat_missing(self.shared.snapshot()["compat_missing"]):
+                    log.warning("this kernel cannot give pyland some facilities; it runs without them",
+                                kernel=os.uname().release, missing=missing)
             elif now > self._attach_deadline:
                 self._stop.reason = f"attach check: state={st.state} ops={st.ops}"
         if self.opts.stats_interval > 0 and now >= self._next_stats:
