@@ -94,15 +94,33 @@ def _systemd_running() -> bool:
     return Path("/run/systemd/system").is_dir() and shutil.which("systemctl") is not None
 
 
+def _unit_installed() -> bool:
+    """Does systemd know scxctl.service (the package's unit, or one copied to /etc)?"""
+    done = subprocess.run(["systemctl", "show", "-p", "LoadState", "--value", UNIT],
+                          capture_output=True, text=True, check=False)
+    return done.returncode == 0 and done.stdout.strip() not in ("", "not-found")
+
+
 def start_daemon(wait_s: float = 30.0, use_systemd: bool | None = None) -> str:
-    """Start the daemon (systemd when it runs this machine, else a detached process); how it was started."""
+    """Start the daemon (systemd when it runs this machine, else a detached process); how it was started.
+
+    Where the unit is installed, only systemd may start the daemon: a private daemon started beside a
+    failing unit would run unsupervised, and nothing would restore its scheduler at boot.
+    """
     if os.geteuid() != 0:
         raise DaemonUnreachable("no scxctl daemon answers, and only root can start one")
     how = "spawned"
     use_systemd = _systemd_running() if use_systemd is None else use_systemd
-    if use_systemd:
+    if use_systemd and _unit_installed():
         done = subprocess.run(["systemctl", "start", UNIT], capture_output=True, text=True, check=False)
-        how = "systemd" if done.returncode == 0 else how
+        if done.returncode != 0:
+            why = " ".join(done.stderr.split()) or f"systemctl exited {done.returncode}"
+            raise ScxctlError(
+                f"{UNIT} is installed but did not start: {why}",
+                ExitCode.DAEMON_UNREACHABLE,
+                hint=f"see why: systemctl status {UNIT}; journalctl -u {UNIT}",
+            )
+        how = "systemd"
     if how == "spawned":
         subprocess.Popen(  # fixed argv: this interpreter, no shell
             [sys.executable, "-m", "scxctl", "daemon"],

@@ -20,6 +20,7 @@ MODULES = (
     "checks_libbpf",
     "checks_toolchain",
     "checks_cgroup",
+    "checks_install",
     "checks_bpfobj",  # optional slot, see the module docstring
     "checks_verdict",  # must stay last: it summarises the results before it
 )
