@@ -322,6 +322,10 @@ if mode == "crash":
 seq = int(open(os.path.join(d, "enable_seq")).read()) + 1
 os.makedirs(os.path.join(d, "root"), exist_ok=True)
 w("root/ops", "fake")
+if mode == "late_seq":  # as the kernel does it: state and ops first, enable_seq a moment later
+    w("switch_all", "1")
+    w("state", "enabled")
+    time.sleep(0.5)
 w("enable_seq", str(seq))
 w("switch_all", "1")
 w("state", "enabled")
@@ -394,6 +398,15 @@ def test_started_scheduler_is_stopped_after_a_valid_run(fake_kernel: dict[str, A
     assert report["runs"][0]["scheduler"]["command"] == [fake_kernel["binary"]]
     assert not alive(_fake_pid(fake_kernel))
     assert (fake_kernel["sx"] / "state").read_text().strip() == "disabled"
+
+
+def test_enable_seq_bumped_after_the_state_is_not_a_re_attach(fake_kernel: dict[str, Any]) -> None:
+    proc = scxctl(["bench", "fairness", "--json", "--scheduler", fake_kernel["binary"], *SHORT, "--",
+                   "late_seq"], fake_kernel["env"])
+    assert proc.returncode in (0, 1), proc.stderr
+    run = json.loads(proc.stdout)["runs"][0]
+    assert run["valid"] is True, run["invalid_reason"]
+    assert run["scheduler"]["enable_seq"] == 1
 
 
 def test_busy_when_another_scheduler_is_loaded(fake_kernel: dict[str, Any]) -> None:

@@ -173,6 +173,9 @@ class RunningScheduler:
             self.status = read_sched_ext(self.sysroot)
             return
         check_can_start(self.sysroot)
+        # The kernel shows state `enabled` and the new root/ops a moment before it bumps enable_seq:
+        # the value to compare against later is the first one past what was there before we started.
+        seq_before = read_sched_ext(self.sysroot).enable_seq
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 (outlives this call; closed in stop())
         log.info("starting scheduler", command=" ".join(self.spec.command))
         try:
@@ -190,7 +193,8 @@ class RunningScheduler:
         expected = self.spec.expected_ops or ""
         while True:
             st = read_sched_ext(self.sysroot)
-            if st.enabled and ops_matches(st.ops, expected):
+            seq_moved = seq_before is None or st.enable_seq != seq_before
+            if st.enabled and ops_matches(st.ops, expected) and seq_moved:
                 self.status = st
                 log.info("scheduler enabled", ops=st.ops, switch_all=st.switch_all, enable_seq=st.enable_seq)
                 return
