@@ -41,7 +41,9 @@ wait_new_pyland() {
     echo timeout; return 1
 }
 
-cp /opt/scxctl/packaging/systemd/scxctl.service /etc/systemd/system/scxctl.service
+# the guest runs the checkout's scxctl from /usr/local/bin: the README's pip/venv way to install the unit
+sed 's|^ExecStart=/usr/bin/scxctl|ExecStart=/usr/local/bin/scxctl|' \
+    /opt/scxctl/packaging/systemd/scxctl.service >/etc/systemd/system/scxctl.service
 systemd-analyze verify /etc/systemd/system/scxctl.service >$R/verify.txt 2>&1; echo $? >$R/verify.rc
 mkdir -p /etc/scxctl
 printf '[supervisor]\nverify_timeout_s = 120\nbackoff_initial_s = 1\n' >/etc/scxctl/config.toml

@@ -15,6 +15,7 @@ import argparse
 import datetime as dt
 import hashlib
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -107,12 +108,26 @@ def compiler_version(compiler: str) -> str:
     return out.splitlines()[0].strip() if out else compiler
 
 
+def build_time() -> str:
+    """$SOURCE_DATE_EPOCH when set (dpkg-buildpackage exports the changelog's date), else now: a
+    rebuild of the same sources then embeds the same bytes (reproducible-builds.org's convention)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    if epoch:
+        try:
+            when = dt.datetime.fromtimestamp(int(epoch), dt.UTC)
+        except (ValueError, OverflowError, OSError) as exc:
+            raise ValueError(f"SOURCE_DATE_EPOCH={epoch!r} is not a Unix time in seconds") from exc
+    else:
+        when = dt.datetime.now(dt.UTC)
+    return when.isoformat(timespec="seconds")
+
+
 def metadata(bpf_dir: Path, compiler: str) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "source_hash": source_hash(bpf_dir),
         "compiler": compiler_version(compiler),
-        "built_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "built_at": build_time(),
         "files": [f.name for f in source_files(bpf_dir)],
     }
 
@@ -129,7 +144,12 @@ def _main(argv: list[str] | None = None) -> int:
     p_show.add_argument("object", type=Path)
     args = parser.parse_args(argv)
     if args.cmd == "json":
-        sys.stdout.write(json.dumps(metadata(args.bpf_dir, args.compiler), sort_keys=True) + "\n")
+        try:
+            doc = metadata(args.bpf_dir, args.compiler)
+        except ValueError as exc:
+            sys.stderr.write(f"{parser.prog}: error: {exc}\n")
+            return 2
+        sys.stdout.write(json.dumps(doc, sort_keys=True) + "\n")
     elif args.cmd == "hash":
         sys.stdout.write(source_hash(args.bpf_dir) + "\n")
     else:

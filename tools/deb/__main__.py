@@ -1,0 +1,3 @@
+from tools.deb.cli import main
+
+main()
