@@ -8,6 +8,8 @@ Scenarios, in order, each leaving files under /results:
   partial  --partial: switch_all 0, only a SCHED_EXT task is under pyland (nr_enabled, /proc/PID/sched)
   nodirect --no-direct-wake: a futex/pipe/sleep load with no BPF-placed wake-up
   raising  a policy that raises inside decide() at runtime -> reported in one line, exit 1, detached
+The whole scenario runs twice: on the default (newest) kernel and on the oldest sched_ext kernel the
+archive still has, so one BPF object is proven at both ends of the range it supports.
 Timing under TCG is ~10x slower than on the host: the waits below are generous, nothing is tuned to pass.
 """
 
@@ -24,6 +26,7 @@ pytestmark = pytest.mark.vm
 
 SCENARIO = SCENARIO_PRELUDE + r"""
 snap() { echo "state=$(state) ops=$(ops) switch_all=$(cat $SX/switch_all)" >"$R/$1.txt"; }
+uname -r >"$R/uname.txt"
 
 # attach + stress + sigterm -------------------------------------------------------------------------
 scxctl --log-format json run --stats-interval 2 >"$R/run1.log" 2>&1 &
@@ -122,14 +125,28 @@ def stats_lines(text: str) -> list[dict[str, Any]]:
     return [d for d in json_lines(text) if d.get("event") == "pyland stats"]
 
 
-@pytest.fixture(scope="module")
-def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+# None: the default kernel (the newest when it was prepared); "oldest": the oldest installable
+# sched_ext kernel of the archive (tools.vm.kernel.prepare)
+KERNELS = [None, "oldest"]
+
+
+@pytest.fixture(scope="module", params=KERNELS, ids=["newest", "oldest"])
+def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
     script = tmp_path_factory.mktemp("pyland") / "scenario.sh"
     script.write_text(SCENARIO)
     res = vm.run("bash /tmp/pyland_scenario.sh", timeout=900, cpus=2, mem="2G",
-                 copy=[(str(script), "/tmp/pyland_scenario.sh")])
+                 copy=[(str(script), "/tmp/pyland_scenario.sh")], kernel=request.param)
     assert res.returncode == 0, f"guest run failed ({res.message}): {res.output[-3000:]}"
     return res.results
+
+
+def test_the_guest_ran_the_requested_kernel(guest: Path, request: pytest.FixtureRequest) -> None:
+    from tools.vm import kernel
+
+    spec = request.node.callspec.params["guest"]
+    want = kernel.current() if spec is None else kernel.prepare(spec)
+    assert want is not None
+    assert read(guest, "uname.txt").strip() == want.release
 
 
 def test_attach_enables_pyland(guest: Path) -> None:

@@ -6,11 +6,13 @@ boot that checks everything it can and exits 3, one that hangs past --timeout, o
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 import scxctl
-from tools.vm import accel, apt, cli, config, image, kernel, qemu, rundisk, runner
+from tools.vm import accel, apt, cli, config, image, kernel, matrix, qemu, rundisk, runner
 from tools.vm.api import VM, VMResult
 from tools.vm.codes import HarnessCode
 from tools.vm.rundisk import Copy
@@ -410,6 +412,422 @@ def test_cache_dir_defaults_into_the_checkout_and_env_overrides(monkeypatch: pyt
     assert config.cache_dir() == CHECKOUT / ".cache" / "vm"
     monkeypatch.setenv("SCXCTL_VM_CACHE", "/srv/vmcache")
     assert config.cache_dir() == Path("/srv/vmcache")
+
+
+# ---------------------------------------------------------------- host-only: kernel versions and cache
+
+
+@pytest.mark.parametrize(
+    ("spec", "abi", "hit"),
+    [
+        ("7.2", "7.2.12+deb13", True),  # a series
+        ("7.2", "7.20.1+deb13", False),  # not the 7.20 series
+        ("7.2.1", "7.2.12+deb13", False),  # one kernel is not a prefix of another
+        ("7.2.12", "7.2.12+deb13", True),
+        ("7.2.12+deb13", "7.2.12+deb13", True),
+        ("7.2.12+deb13-cloud-amd64", "7.2.12+deb13", True),  # the full release (uname -r)
+        ("7.2.12+deb1", "7.2.12+deb13", False),
+        ("6.16", "6.16.3+deb13", True),
+        ("6.16.3", "6.16.12+deb13", False),
+    ],
+)
+def test_kernel_spec_matches_a_series_or_one_kernel(spec: str, abi: str, hit: bool) -> None:
+    assert kernel.matches(spec, abi) is hit
+
+
+def test_kernel_series_and_abi_of_a_release() -> None:
+    assert kernel.series("7.2.12+deb13") == "7.2"
+    assert kernel.series("6.16.3+deb13") == "6.16"
+    assert kernel.series("7.20.1+deb13") == "7.20"
+    assert kernel.abi_of("7.2.12+deb13-cloud-amd64") == "7.2.12+deb13"
+    assert kernel.abi_of("7.2.12+deb13") == "7.2.12+deb13"  # an ABI stays as it is
+
+
+def _image(abi: str, version: str, kinds: tuple[str, ...] = ("base", "binary", "modules"),
+           pin: str | None = None) -> dict[str, str]:
+    """An image stanza; its split packages pinned to `pin` (default: its own version), as Debian does."""
+    deps = ["dracut | initramfs-tools (>= 0.120+deb8u2) | linux-initramfs-tool"]
+    deps += [f"linux-{k}-{abi}-cloud-amd64 (= {pin or version})" for k in kinds]
+    return {"Package": f"linux-image-{abi}-cloud-amd64", "Version": version, "Depends": ", ".join(deps)}
+
+
+SPLIT_KINDS = ("base", "binary", "modules")
+
+
+def _split(abi: str, version: str, kinds: tuple[str, ...] = SPLIT_KINDS) -> list[dict[str, str]]:
+    return [{"Package": f"linux-{k}-{abi}-cloud-amd64", "Version": version} for k in kinds]
+
+
+def _old_style(abi: str, version: str) -> dict[str, str]:
+    """An image from before the split: vmlinuz and config in the image package itself."""
+    return {"Package": f"linux-image-{abi}-cloud-amd64", "Version": version,
+            "Depends": "kmod, initramfs-tools (>= 0.120+deb8u2) | linux-initramfs-tool"}
+
+
+class _Offline(Exception):
+    """Raised by every archive access in tests that must not reach the network."""
+
+
+class _FakeApt:
+    """PrivateApt over an in-memory archive (stanzas) and prebuilt .debs (`pkg=version` -> file)."""
+
+    def __init__(
+        self, root: Path, stanzas: list[dict[str, str]], debs: dict[str, Path] | None = None
+    ) -> None:
+        self.root, self.stanzas, self.debs = root, stanzas, debs or {}
+        self.offline = False
+        self.updates = 0
+        self.shown: list[str] = []
+        self.downloaded: list[list[str]] = []
+
+    def _online(self) -> None:
+        if self.offline:
+            raise _Offline
+
+    def update(self) -> None:
+        self._online()
+        self.updates += 1
+
+    def pkgnames(self, prefix: str) -> list[str]:
+        self._online()
+        return sorted({s["Package"] for s in self.stanzas if s["Package"].startswith(prefix)})
+
+    def show(self, *packages: str) -> list[dict[str, str]]:
+        self._online()
+        known = {s["Package"] for s in self.stanzas}
+        assert set(packages) <= known, f"apt-cache show of unknown packages: {set(packages) - known}"
+        self.shown += packages
+        return [s for s in self.stanzas if s["Package"] in packages]
+
+    def download(self, specs: list[str], dest: Path) -> list[Path]:
+        self._online()
+        self.downloaded.append(specs)
+        dest.mkdir(parents=True, exist_ok=True)
+        return [Path(shutil.copy(self.debs[s], dest)) for s in specs]
+
+
+def test_kernel_candidate_pins_its_own_packages() -> None:
+    c = kernel.Candidate("linux-image-7.3.4+deb13-cloud-amd64", "7.3.4-1~bpo13+1",
+                         _image("7.3.4+deb13", "7.3.4-1~bpo13+1")["Depends"] + ", linux-base (>= 4.3~)")
+    assert c.kernel_packages() == [f"linux-{k}-7.3.4+deb13-cloud-amd64" for k in SPLIT_KINDS]
+    assert set(c.pinned_packages().values()) == {"7.3.4-1~bpo13+1"}
+    loose = kernel.Candidate("linux-image-7.3.4+deb13-cloud-amd64", "7.3.4-1~bpo13+1",
+                             "linux-binary-7.3.4+deb13-cloud-amd64 (>= 7.3.4-1~bpo13+1)")
+    assert loose.pinned_packages() == {"linux-binary-7.3.4+deb13-cloud-amd64": None}  # >= pins nothing
+    stanza = _old_style("6.16.3+deb13", "6.16.3-1~bpo13+1")
+    old = kernel.Candidate(stanza["Package"], stanza["Version"], stanza["Depends"])
+    assert old.kernel_packages() == [] and old.split_packages() == []
+
+
+def test_candidates_leave_out_images_that_cannot_be_installed(tmp_path: Path) -> None:
+    stanzas = [
+        _image("7.3.4+deb13", "7.3.4-1~bpo13+1"), *_split("7.3.4+deb13", "7.3.4-1~bpo13+1"),
+        _image("7.1.7+deb13", "7.1.7-1~bpo13+1"),  # signed image left behind: no split packages
+        _image("6.18.5+deb13", "6.18.5-1~bpo13+1", kinds=("base",)),  # its one split package is gone
+        # re-uploaded: the split packages moved on to -2, the image still pins -1
+        _image("7.0.12+deb13", "7.0.12-1~bpo13+1"), *_split("7.0.12+deb13", "7.0.12-2~bpo13+1"),
+        _old_style("6.16.3+deb13", "6.16.3-1~bpo13+1"),
+        _old_style("6.12.117+deb13", "6.12.117-1"),
+        {"Package": "linux-image-cloud-amd64", "Version": "7.3.4-1~bpo13+1"},  # metapackage
+        {"Package": "linux-image-7.3.4+deb13-cloud-amd64-dbg", "Version": "7.3.4-1~bpo13+1"},
+    ]  # fmt: skip
+    fake = _FakeApt(tmp_path, stanzas)
+    found = kernel.candidates(fake)  # type: ignore[arg-type]
+    assert [(c.abi, c.version) for c in found] == [
+        ("7.3.4+deb13", "7.3.4-1~bpo13+1"),
+        ("6.16.3+deb13", "6.16.3-1~bpo13+1"),
+        ("6.12.117+deb13", "6.12.117-1"),
+    ]
+    assert "linux-image-cloud-amd64" not in fake.shown
+    assert "linux-image-7.3.4+deb13-cloud-amd64-dbg" not in fake.shown
+
+
+def _fake_kernel(root: Path, abi: str, version: str, files: tuple[str, ...] = ("vmlinuz", "config"),
+                 info: bool = True) -> kernel.KernelInfo:
+    ki = kernel.KernelInfo(f"{abi}-cloud-amd64", version, f"linux-image-{abi}-cloud-amd64")
+    d = ki.dir(root)
+    d.mkdir(parents=True)
+    for f in files:
+        (d / f).write_text(f"{f} of {abi}\n")
+    if info:
+        (d / "info.json").write_text(json.dumps(dataclasses.asdict(ki)))
+    return ki
+
+
+@pytest.fixture
+def offline_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """An empty harness cache under tmp_path whose archive access fails the test; the kernel root."""
+    monkeypatch.setenv("SCXCTL_VM_CACHE", str(tmp_path))
+
+    def offline(*args: object, **kwargs: object) -> None:
+        raise _Offline
+
+    monkeypatch.setattr(apt.PrivateApt, "update", offline)
+    monkeypatch.setattr(apt.PrivateApt, "_run", offline)
+    return tmp_path / "kernel"
+
+
+def test_prepare_serves_a_matching_cached_kernel_without_the_archive(offline_cache: Path) -> None:
+    root = offline_cache
+    for abi in ("7.2.12+deb13", "7.2.6+deb13", "7.20.1+deb13", "6.16.3+deb13"):
+        _fake_kernel(root, abi, abi.replace("+deb13", "-1~bpo13+1"))
+    _fake_kernel(root, "7.2.13+deb13", "7.2.13-1~bpo13+1", files=("vmlinuz",))  # incomplete: no config
+    assert [i.release for i in kernel.cached()] == [
+        "7.20.1+deb13-cloud-amd64", "7.2.12+deb13-cloud-amd64", "7.2.6+deb13-cloud-amd64",
+        "6.16.3+deb13-cloud-amd64",
+    ]  # fmt: skip
+    assert kernel.prepare("7.2").release == "7.2.12+deb13-cloud-amd64"  # the series' newest, not 7.20
+    assert kernel.prepare("7.20").release == "7.20.1+deb13-cloud-amd64"
+    assert kernel.prepare("7.2.6").release == "7.2.6+deb13-cloud-amd64"
+    assert kernel.prepare("7.2.6+deb13-cloud-amd64").release == "7.2.6+deb13-cloud-amd64"
+    with pytest.raises(_Offline):
+        kernel.prepare("7.2.1")  # nothing cached matches: the archive is asked
+    with pytest.raises(_Offline):
+        kernel.prepare("7.2", refresh=True)
+
+
+def test_newest_and_oldest_are_served_from_aliases_json(offline_cache: Path) -> None:
+    oldest = _fake_kernel(offline_cache, "6.16.3+deb13", "6.16.3-1~bpo13+1")
+    _fake_kernel(offline_cache, "7.3.4+deb13", "7.3.4-1~bpo13+1")
+    aliases = {"oldest": oldest.release, "newest": "gone-cloud-amd64"}
+    (offline_cache / "aliases.json").write_text(json.dumps(aliases))
+    assert kernel.prepare("oldest") == oldest
+    with pytest.raises(_Offline):
+        kernel.prepare("newest")  # the alias names a kernel no longer cached
+    with pytest.raises(_Offline):
+        kernel.prepare("oldest", refresh=True)
+
+
+def test_a_default_kernel_from_before_info_json_is_migrated(offline_cache: Path) -> None:
+    ki = _fake_kernel(offline_cache, "7.3.4+deb13", "7.3.4-1~bpo13+1", info=False)
+    (offline_cache / "current.json").write_text(json.dumps(dataclasses.asdict(ki)))
+    assert kernel.current() == ki
+    assert json.loads((ki.dir(offline_cache) / "info.json").read_text())["version"] == ki.version
+    assert kernel.prepare() == ki and kernel.prepare("7.3") == ki
+    # a default kernel whose config is gone is not prepared, before or after the migration
+    broken = _fake_kernel(offline_cache, "7.2.12+deb13", "7.2.12-1~bpo13+1", files=("vmlinuz",), info=False)
+    (offline_cache / "current.json").write_text(json.dumps(dataclasses.asdict(broken)))
+    assert kernel.current() is None
+
+
+def _deb(tmp: Path, package: str, version: str, files: dict[str, str]) -> Path:
+    tree = tmp / f"{package}_{version}"
+    (tree / "DEBIAN").mkdir(parents=True)
+    (tree / "DEBIAN" / "control").write_text(
+        f"Package: {package}\nVersion: {version}\nArchitecture: amd64\nMaintainer: t <t@example.org>\n"
+        "Description: test\n"
+    )
+    for rel, text in files.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+    out = tmp / f"{package}_{version}_amd64.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(tree), str(out)], check=True,
+                   capture_output=True)
+    return out
+
+
+def test_a_kernel_without_sched_ext_is_remembered_and_never_downloaded_again(
+    offline_cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    good = "".join(f"{o}=y\n" for o in kernel.REQUIRED_CONFIG)
+    bad = good.replace("CONFIG_SCHED_CLASS_EXT=y\n", "# CONFIG_SCHED_CLASS_EXT is not set\n")
+    debs = {}
+    for abi, version, cfg in (("6.12.1+deb13", "6.12.1-1", bad), ("6.16.3+deb13", "6.16.3-1~bpo13+1", good)):
+        rel, pkg = f"{abi}-cloud-amd64", f"linux-image-{abi}-cloud-amd64"
+        debs[f"{pkg}={version}"] = _deb(tmp_path / "debs", pkg, version,
+                                        {f"boot/vmlinuz-{rel}": "bzImage", f"boot/config-{rel}": cfg})
+    fake = _FakeApt(tmp_path / "apt", [_old_style("6.12.1+deb13", "6.12.1-1"),
+                                       _old_style("6.16.3+deb13", "6.16.3-1~bpo13+1")], debs)
+    monkeypatch.setattr(kernel, "PrivateApt", lambda root: fake)
+
+    info = kernel.prepare("oldest")
+    assert info.release == "6.16.3+deb13-cloud-amd64"
+    assert fake.downloaded == [["linux-image-6.12.1+deb13-cloud-amd64=6.12.1-1"],
+                               ["linux-image-6.16.3+deb13-cloud-amd64=6.16.3-1~bpo13+1"]]
+    rejected = json.loads((offline_cache / "rejected.json").read_text())
+    assert rejected == {"6.12.1-1": ["CONFIG_SCHED_CLASS_EXT"]}
+    assert json.loads((offline_cache / "aliases.json").read_text()) == {"oldest": info.release}
+    d = info.dir(offline_cache)
+    assert (d / "vmlinuz").read_text() == "bzImage" and (d / "lib-modules" / "config").read_text() == good
+    assert kernel.cached() == [info]
+    assert not list(offline_cache.glob(".work-*"))
+    assert [c.abi for c in kernel.available(refresh=False)] == ["6.16.3+deb13"]
+
+    fake.downloaded.clear()
+    assert kernel.prepare("oldest", refresh=True) == info  # asks the archive, downloads nothing
+    assert fake.downloaded == []
+    fake.offline = True
+    assert kernel.prepare("oldest") == info
+    assert kernel.prepare("6.16") == info
+
+
+# ---------------------------------------------------------------- host-only: the kernel matrix
+
+
+def test_matrix_guest_script_is_valid_bash() -> None:
+    proc = subprocess.run(["bash", "-n"], input=matrix.GUEST_SCRIPT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def _doctor_json(load: dict[str, object], verdict_ok: bool) -> str:
+    obj_status = "ok" if load.get("ok") or not load.get("attempted") else "fail"
+    return json.dumps({"checks": [
+        {"id": "bpf.object", "status": obj_status, "finding": "using bpf/build/pyland.bpf.o",
+         "details": {"load": load}},
+        {"id": "verdict", "status": "ok" if verdict_ok else "fail", "finding": "...",
+         "details": {"can_run_pyland": verdict_ok}},
+    ]})  # fmt: skip
+
+
+REFUSED = "loading pyland.bpf.o failed: extern (func ksym) 'scx_bpf_x': func_proto incompatible with vmlinux"
+FAKE_SCXCTL = r"""#!/bin/bash
+while [ "${1#-}" != "$1" ]; do shift; [ "$1" = json ] && shift; done  # --log-format json
+case $1 in
+doctor) cat "$FAKE/doctor.json"; exit 0 ;;
+run)
+    if [ -n "${FAKE_REFUSE:-}" ]; then echo "scxctl: error: $FAKE_REFUSE"; exit 7; fi
+    trap 'echo disabled >"$FAKE/sx/state"; rm -f "$FAKE/sx/root/ops"; exit 0' TERM
+    echo '{"event": "pyland stats"}'
+    echo enabled >"$FAKE/sx/state"; echo pyland >"$FAKE/sx/root/ops"
+    while :; do sleep 0.05; done ;;
+bench)
+    while [ "$1" != --output ]; do shift; done
+    echo '{"runs": [{"tests": [{"status": "pass", "metric": 0.9123, "error": null}]}]}' >"$2"; exit 0 ;;
+esac
+exit 99
+"""
+
+
+@pytest.mark.parametrize("refuse", [False, True])
+def test_matrix_guest_script_and_parser_on_fake_tools(tmp_path: Path, refuse: bool) -> None:
+    """The guest script on the host, sched_ext's sysfs and the tools faked: what it writes parses."""
+    fake, results, bindir = tmp_path / "fake", tmp_path / "results", tmp_path / "bin"
+    for d in (fake / "sx" / "root", results, bindir):
+        d.mkdir(parents=True)
+    (fake / "sx" / "state").write_text("disabled\n")
+    load = ({"attempted": True, "ok": False, "error": REFUSED} if refuse
+            else {"attempted": True, "ok": True, "error": None})
+    (fake / "doctor.json").write_text(_doctor_json(load, verdict_ok=not refuse))
+    tools = (("scxctl", FAKE_SCXCTL), ("stress-ng", "#!/bin/sh\nexit 0\n"), ("dmesg", "#!/bin/sh\n"))
+    for name, text in tools:
+        (bindir / name).write_text(text)
+        (bindir / name).chmod(0o755)
+    script = matrix.GUEST_SCRIPT
+    for old, new in (("R=/results", f"R={results}"), ("SX=/sys/kernel/sched_ext", f"SX={fake}/sx"),
+                     ("cd /opt/scxctl", "cd /")):
+        assert old in script
+        script = script.replace(old, new)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "FAKE": str(fake),
+           **({"FAKE_REFUSE": REFUSED} if refuse else {})}
+    proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    row = matrix.parse_results("7.3.4+deb13", results)
+    assert row.release == os.uname().release
+    assert row.agrees is True
+    if refuse:
+        assert row.bpf_object_status == "fail" and row.bpf_object_loaded is False
+        assert row.bpf_object_reason == REFUSED
+        assert (row.attached, row.run_rc, row.run_error) == (False, 7, REFUSED)
+        assert row.fairness_rc is None and not row.works
+        assert matrix.cells(row)[2] == f"exit 7: {REFUSED}"
+    else:
+        assert (row.bpf_object_status, row.bpf_object_reason, row.attached) == ("ok", "loaded", True)
+        assert (row.stress_rc, row.after_stress, row.run_rc) == (0, "enabled pyland", None)
+        assert (row.sigterm_rc, row.state_after_stop) == (0, "disabled")
+        assert (row.fairness_status, row.fairness_metric, row.fairness_rc) == ("pass", 0.9123, 0)
+        assert row.works
+        assert matrix.cells(row)[3:] == ["ok", "rc 0, disabled", "0.91 pass", "yes"]
+
+
+def _results(tmp_path: Path, files: dict[str, str]) -> Path:
+    d = tmp_path / secrets.token_hex(4)
+    d.mkdir()
+    for name, text in files.items():
+        (d / name).write_text(text)
+    return d
+
+
+def test_matrix_row_flags_disagreement_and_ejection(tmp_path: Path) -> None:
+    ok_load = {"attempted": True, "ok": True, "error": None}
+    # doctor says pyland runs, the kernel then refuses it: a wrong prediction
+    wrong = matrix.parse_results("6.16.3+deb13", _results(tmp_path, {
+        "uname.txt": "6.16.3+deb13-cloud-amd64\n", "doctor.json": _doctor_json(ok_load, True),
+        "attach.txt": "no 3\n", "run.rc": "7\n",
+        "run.log": '{"event": "x"}\nscxctl: error: first\nscxctl: error: the kernel said no\n',
+    }))  # fmt: skip
+    assert (wrong.attached, wrong.run_rc, wrong.agrees) == (False, 7, False)
+    assert wrong.run_error == "the kernel said no"  # the last error line
+    assert matrix.cells(wrong) == ["6.16.3+deb13", "ok: loaded", "exit 7: the kernel said no",
+                                   "-", "-", "-", "NO"]  # fmt: skip
+    # attached (so doctor was right), then ejected under the stress mix: agrees, but does not work
+    ejected = matrix.parse_results("7.2.6+deb13", _results(tmp_path, {
+        "doctor.json": _doctor_json(ok_load, True), "attach.txt": "yes 21\n", "stress.rc": "0\n",
+        "after_stress.txt": "disabled none\n", "run.rc": "1\n", "after_stop.txt": "disabled\n",
+        "run.log": "scxctl: error: ejected: runnable task stall\n", "fairness.rc": "1\n",
+        "fairness.err": "scxctl: error: pyland did not start\n",
+    }))  # fmt: skip
+    assert ejected.agrees is True and ejected.stress_ok is False and not ejected.works
+    kcell, _, run, stress, sigterm, fairness, agrees = matrix.cells(ejected)
+    assert (kcell, run, stress, sigterm) == ("7.2.6+deb13", "runs (enabled in 21 s)",
+                                             "ejected: ejected: runnable task stall", "-")
+    assert fairness == "exit 1: pyland did not start" and agrees == "yes"
+    # a guest that never ran the script: no prediction, no agreement
+    lost = matrix.Row(kernel="7.3.4+deb13", harness="guest kernel panic: Fatal exception")
+    assert lost.agrees is None and matrix.cells(lost)[2] == "guest: guest kernel panic: Fatal exception"
+    works = dataclasses.replace(ejected, after_stress="enabled pyland", run_rc=None, sigterm_rc=0)
+    assert works.works and matrix.passed([works])
+    assert not matrix.passed([works, wrong]) and not matrix.passed([works, lost]) and not matrix.passed([])
+    table = matrix.render([works, wrong, lost]).splitlines()
+    assert table[0].split(" | ")[0].strip() == "kernel" and set(table[1]) <= {"-", "+"}
+    assert len({len(line) for line in table[:2]}) == 1  # the rule is as wide as the header
+    assert all(len(c) <= matrix.CELL_WIDTH for line in table[2:] for c in line.split(" | "))
+
+
+def test_matrix_selects_kernels_by_spec_and_series() -> None:
+    offered = ["7.3.4+deb13", "7.2.12+deb13", "7.2.6+deb13", "6.17.8+deb13", "6.16.12+deb13", "6.16.3+deb13"]
+    assert matrix.select(offered, None, False) == offered
+    newest = ["7.3.4+deb13", "7.2.12+deb13", "6.17.8+deb13", "6.16.12+deb13"]
+    assert matrix.select(offered, None, True) == newest
+    assert matrix.select(offered, ["6.16.3", "7.2"], False) == ["7.2.12+deb13", "7.2.6+deb13", "6.16.3+deb13"]
+    assert matrix.select(offered, ["6.16.3", "7.2"], True) == ["7.2.12+deb13", "6.16.3+deb13"]
+    # dropped by the archive, still cached
+    assert matrix.select(offered, ["7.1.7"], False, cached=["7.1.7+deb13"]) == ["7.1.7+deb13"]
+    with pytest.raises(ValueError, match=r"'7\.9'"):
+        matrix.select(offered, ["7.9"], False)
+
+
+def test_matrix_cli_prints_the_table_writes_json_and_exits_1_on_a_failure(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cands = [kernel.Candidate(f"linux-image-{a}-cloud-amd64", a, "") for a in ("7.3.4+deb13", "6.16.3+deb13")]
+    monkeypatch.setattr(kernel, "available", lambda refresh=True: cands)
+    monkeypatch.setattr(kernel, "cached", lambda: [])
+    monkeypatch.setattr(matrix, "build_object", lambda: pytest.fail("--no-build builds nothing"))
+    booted: list[str] = []
+
+    def fake_boot(abi: str, workdir: Path) -> matrix.Row:
+        booted.append(abi)
+        good = abi.startswith("7.")
+        return matrix.Row(
+            kernel=abi, bpf_object_status="ok", bpf_object_reason="loaded", doctor_says_runs=True,
+            attached=good, run_rc=None if good else 7, stress_rc=0, after_stress="enabled pyland",
+            sigterm_rc=0, state_after_stop="disabled",
+        )  # fmt: skip
+
+    monkeypatch.setattr(matrix, "boot", fake_boot)
+    monkeypatch.setattr(runner, "run", lambda *a, **k: pytest.fail("a guest was booted"))
+    out = tmp_path / "m.json"
+    args = ["matrix", "--kernels", "7.3.4,6.16.3", "--no-build", "--json", str(out)]
+    res = CliRunner().invoke(cli.app, args)
+    assert res.exit_code == 1, res.output
+    assert booted == ["7.3.4+deb13", "6.16.3+deb13"]
+    assert "exit 7" in res.output and "NO" in res.output
+    data = json.loads(out.read_text())
+    assert data["ok"] is False
+    assert [(r["kernel"], r["works"], r["agrees"]) for r in data["rows"]] == [
+        ("7.3.4+deb13", True, True), ("6.16.3+deb13", False, False)]
+    res = CliRunner().invoke(cli.app, ["matrix", "--kernels", "7.3", "--no-build"])
+    assert res.exit_code == 0, res.output
 
 
 # ---------------------------------------------------------------- guest boots

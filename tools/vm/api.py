@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scxctl.log import get_logger
-from tools.vm import runner
+from tools.vm import image, runner
 from tools.vm.codes import HarnessCode
 from tools.vm.rundisk import Copy
 
@@ -30,6 +30,8 @@ class VMResult:
     queued_s: float = 0.0  # waiting for other guests (one guest runs at a time per cache)
     boots: int = 1  # 1 + the retries after guest kernel panics
     tcg_single: bool = False  # the boot that gave this result ran single-threaded TCG
+    kernel: str | None = None  # the version spec the guest booted (None: the default kernel)
+    second_boot_s: float | None = None  # `then` runs: the second QEMU start to the second command
 
 
 class VM:
@@ -50,8 +52,15 @@ class VM:
         retry_on_panic: bool = True,
         tcg_single: bool = False,
         single_on_last_retry: bool = True,
+        kernel: str | None = None,
+        flavour: str = image.DEFAULT,
+        then: str | None = None,
     ) -> VMResult:
         """Run `command` in a fresh guest; a guest kernel panic gets up to PANIC_ATTEMPTS boots.
+
+        `flavour="installed"` boots the bare image without the working tree (tools.vm.image);
+        `then` is a second command, run after a reboot of the same root disk when `command` exits 0
+        (the result's code is then the second command's). /results collects what both wrote.
 
         Multi-threaded TCG now and then runs a stale copy of code the guest kernel is patching
         (qemu.accel_args). A fresh boot tells such a flake from a real bug, and the last boot runs
@@ -68,6 +77,9 @@ class VM:
             copies=[Copy(Path(src), dst) for src, dst in copy],
             results=self._results_dir(),
             tcg_single=tcg_single,
+            kernel=kernel,
+            flavour=flavour,
+            then=then,
         )
         out = runner.run(spec, sink=io.BytesIO())
         attempts = PANIC_ATTEMPTS if retry_on_panic else 1
@@ -95,4 +107,6 @@ class VM:
             queued_s=out.queued_s,
             boots=boots,
             tcg_single=spec.tcg_single,
+            kernel=kernel,
+            second_boot_s=out.second_boot_s,
         )

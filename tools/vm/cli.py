@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import shlex
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -13,7 +14,7 @@ import typer
 from scxctl import log as logsetup
 from scxctl.cli import run_app
 from scxctl.ui import report_error
-from tools.vm import accel, image, kernel, qemu, runner
+from tools.vm import accel, image, kernel, matrix, qemu, repo, runner
 from tools.vm.codes import HarnessCode, VMError
 from tools.vm.rundisk import Copy
 
@@ -42,25 +43,47 @@ def _global(
     logsetup.configure("auto", logging.WARNING if quiet else logging.INFO)
 
 
+VERSION_HELP = ("newest, oldest (with sched_ext), a series (6.16: its newest) or one kernel (6.16.12); "
+                "default: the default kernel (the newest when it was prepared).")
+
+
 @app.command("kernel")
 def kernel_cmd(
-    refresh: Annotated[bool, typer.Option("--refresh", help="Look for a newer kernel.")] = False,
+    version: Annotated[str | None, typer.Option("--version", "-V", help=VERSION_HELP)] = None,
+    refresh: Annotated[
+        bool, typer.Option("--refresh", help="Ask the archive again (a newer kernel).")
+    ] = False,
+    list_: Annotated[
+        bool, typer.Option("--list", help="List the archive's kernels and which are cached; fetch nothing.")
+    ] = False,
 ) -> None:
-    """Download (or reuse) a trixie-backports cloud kernel with CONFIG_SCHED_CLASS_EXT=y."""
+    """Download (or reuse) a trixie(-backports) cloud kernel with CONFIG_SCHED_CLASS_EXT=y."""
     try:
-        info = kernel.prepare(refresh=refresh)
+        if list_:
+            have = {i.version for i in kernel.cached()}
+            for c in kernel.available():
+                typer.echo(f"{c.abi:<24} {c.version:<22} {'cached' if c.version in have else ''}".rstrip())
+            return
+        info = kernel.prepare(version, refresh=refresh)
     except VMError as exc:
         raise _fail(exc) from None
     typer.echo(f"{info.release} ({info.package} {info.version}): {kernel.vmlinuz(info)}")
 
 
+FLAVOUR_HELP = ("default: scxctl's dependencies installed, the working tree at /opt/scxctl; "
+                "installed: bare trixie, no python3, no working tree (for the .deb tests).")
+
+
 @app.command("image")
 def image_cmd(
     force: Annotated[bool, typer.Option("--force", help="Rebuild even if cached.")] = False,
+    flavour: Annotated[str, typer.Option("--flavour", help="Which image: " + FLAVOUR_HELP)] = image.DEFAULT,
 ) -> None:
     """Build (or reuse) the guest's base root filesystem image (debootstrap trixie)."""
+    if flavour not in image.FLAVOURS:
+        raise typer.BadParameter(f"one of: {', '.join(image.FLAVOURS)}", param_hint="--flavour")
     try:
-        path = image.build(force=force)
+        path = image.build(force=force, flavour=flavour)
     except VMError as exc:
         raise _fail(exc) from None
     typer.echo(str(path))
@@ -111,15 +134,28 @@ def run_cmd(
     tcg_single: Annotated[
         bool, typer.Option("--tcg-single", help="One host thread for all vCPUs (no code-patching races).")
     ] = False,
+    kernel_version: Annotated[
+        str | None, typer.Option("--kernel", help="Guest kernel: " + VERSION_HELP)
+    ] = None,
+    flavour: Annotated[str, typer.Option("--flavour", help="Guest image: " + FLAVOUR_HELP)] = image.DEFAULT,
+    then: Annotated[
+        str | None,
+        typer.Option("--then", metavar="COMMAND",
+                     help="After COMMAND exits 0, reboot the same root disk and run this (sh -c); "
+                          "exit with its code."),
+    ] = None,
 ) -> None:
     """Boot the guest, run COMMAND, stream its output, exit with its exit code."""
     try:
         copies = [Copy.parse(c) for c in copy or []]
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--copy") from None
+    if flavour not in image.FLAVOURS:
+        raise typer.BadParameter(f"one of: {', '.join(image.FLAVOURS)}", param_hint="--flavour")
     spec = runner.RunSpec(
         command=command_string(command), timeout=timeout, boot_timeout=boot_timeout, systemd=systemd,
         cpus=cpus, mem=mem, copies=copies, results=results, keep=keep, tcg_single=tcg_single,
+        kernel=kernel_version, flavour=flavour, then=then,
     )  # fmt: skip
     try:
         outcome = runner.run(spec)
@@ -131,6 +167,85 @@ def run_cmd(
     if outcome.message is not None:
         report_error(VMError(f"{outcome.message} (exit {outcome.returncode})"), PROG)
     raise typer.Exit(outcome.returncode)
+
+
+@app.command("matrix")
+def matrix_cmd(
+    kernels: Annotated[
+        str | None,
+        typer.Option("--kernels", metavar="SPEC,...",
+                     help="Kernels to test: series (7.2: all its kernels) or single kernels (6.16.3), "
+                          "comma-separated; default: every installable kernel with sched_ext."),
+    ] = None,
+    series: Annotated[
+        bool, typer.Option("--series", help="Only the newest kernel of each series.")
+    ] = False,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", metavar="PATH", help="Also write the rows as JSON (atomically).")
+    ] = None,
+    results: Annotated[
+        Path | None,
+        typer.Option("--results", metavar="DIR",
+                     help="Keep each guest's /results under DIR/<kernel>/ (default: dropped)."),
+    ] = None,
+    build: Annotated[
+        bool, typer.Option("--build/--no-build", help="make -C bpf first (guests load bpf/build's object).")
+    ] = True,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the kernels it would boot; boot none.")
+    ] = False,
+) -> None:
+    """Boot one guest per kernel: doctor's prediction, scxctl run + stress + SIGTERM, fairness; a table.
+
+    Exit 0 when pyland works on every kernel and doctor's verdict agrees everywhere, 1 otherwise.
+    """
+    specs = [k.strip() for k in kernels.split(",") if k.strip()] if kernels is not None else None
+    try:
+        offered = [c.abi for c in kernel.available(refresh=False)]
+        have = [kernel.abi_of(i.release) for i in kernel.cached()]
+        try:
+            abis = matrix.select(offered, specs, series, have)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--kernels") from None
+        if dry_run:
+            typer.echo("\n".join(abis))
+            return
+        if build:
+            matrix.build_object()
+    except VMError as exc:
+        raise _fail(exc) from None
+    rows: list[matrix.Row] = []
+    with tempfile.TemporaryDirectory(prefix="scxvm-matrix-") as tmp:
+        workdir = results or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            matrix.run_matrix(abis, workdir, on_row=rows.append)
+        except KeyboardInterrupt:
+            report_error(VMError(f"interrupted after {len(rows)} of {len(abis)} kernels"), PROG)
+            typer.echo(matrix.render(rows))
+            raise typer.Exit(130) from None
+    typer.echo(matrix.render(rows))
+    if json_path is not None:
+        matrix.write_json(json_path, rows)
+    raise typer.Exit(0 if matrix.passed(rows) else 1)
+
+
+@app.command("repo")
+def repo_cmd(
+    deb: Annotated[Path, typer.Argument(help="The .deb whose dependency closure the repository holds.")],
+    force: Annotated[bool, typer.Option("--force", help="Resolve and download again.")] = False,
+) -> None:
+    r"""Build (or reuse) a local apt repository with DEB's whole dependency closure; print its directory.
+
+    For the installed-flavour guest, which has no network: --copy DIR:/srv/repo, then in the guest
+    `echo 'deb \[trusted=yes] file:/srv/repo ./' >/etc/apt/sources.list.d/local.list`,
+    `apt-get update` and `apt-get install ./scxctl_*.deb`.
+    """
+    try:
+        path = repo.build(deb, force=force)
+    except VMError as exc:
+        raise _fail(exc) from None
+    typer.echo(str(path))
 
 
 def main() -> None:

@@ -5,6 +5,13 @@ debootstrap (minbase) of Debian trixie plus the packages below, a few baked harn
 partition table (so the kernel finds root by PARTUUID whatever order the NVMe drives probe in) and
 an ext4 file system made by `mkfs.ext4 -d`. The project itself is never baked in: each run brings the
 working tree on its own disk. Cached under a key hashed from the package list and the recipe.
+
+Two flavours, each cached on its own (a build of one never evicts the other):
+  default    scxctl's dependencies pre-installed, and the working tree on every run through a
+             development overlay (/opt/scxctl on sys.path by a .pth, a launcher in /usr/local/bin)
+  installed  the same system without python3, scxctl's dependencies, the .pth or the launcher: the
+             package tests install the .deb and its dependencies from a local repository, so a
+             wrong Depends or a file the package forgot fails there instead of being hidden
 """
 
 from __future__ import annotations
@@ -48,6 +55,25 @@ PACKAGES = (
     "passwd",
 )
 
+# The installed flavour: what the package tests need besides the package (stress-ng loads the
+# scheduler, sudo/passwd for the group checks), nothing that scxctl.deb should bring itself.
+INSTALLED_PACKAGES = (
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "stress-ng",
+    "procps",
+    "util-linux",
+    "iproute2",
+    "kmod",
+    "sudo",
+    "passwd",
+)
+
+DEFAULT = "default"
+INSTALLED = "installed"
+FLAVOURS = (DEFAULT, INSTALLED)
+
 GUEST_DIR = Path(__file__).resolve().parent / "guest"
 # baked file (in guest/) -> path in the image, mode
 BAKED = {
@@ -56,6 +82,9 @@ BAKED = {
     "scxctl-launcher": ("usr/local/bin/scxctl", 0o755),
 }
 CUSTOMIZE = "customize.sh"
+# Runs after CUSTOMIZE in the installed flavour: takes the development overlay's pieces out again.
+CUSTOMIZE_INSTALLED = "customize-installed.sh"
+LAUNCHER = "scxctl-launcher"  # the overlay's /usr/local/bin/scxctl: never in the installed flavour
 
 DISK_ID = "5c7c7e11"  # MBR disk signature: the root partition is PARTUUID=5c7c7e11-01
 ROOT_PARTUUID = f"{DISK_ID}-01"
@@ -63,19 +92,53 @@ PART_OFFSET = 1024 * 1024
 FS_HEADROOM = 1536 * 1024 * 1024  # free space in the guest root fs (runs write to a snapshot of it)
 
 
-def recipe() -> dict[str, object]:
+def check_flavour(flavour: str) -> str:
+    if flavour not in FLAVOURS:
+        raise VMError(f"unknown image flavour {flavour!r} (one of: {', '.join(FLAVOURS)})")
+    return flavour
+
+
+def packages(flavour: str = DEFAULT) -> tuple[str, ...]:
+    return PACKAGES if check_flavour(flavour) == DEFAULT else INSTALLED_PACKAGES
+
+
+def baked(flavour: str = DEFAULT) -> dict[str, tuple[str, int]]:
+    if check_flavour(flavour) == DEFAULT:
+        return BAKED
+    return {name: where for name, where in BAKED.items() if name != LAUNCHER}
+
+
+def customize_script(flavour: str = DEFAULT) -> str:
+    """The shell text run in the chroot after the packages are installed.
+
+    customize.sh writes the overlay's .pth unconditionally; the installed flavour gives it the
+    directory to write into and removes the file afterwards, so that the default flavour's script,
+    and with it the default image's cache key, stay exactly as they were.
+    """
+    text = (GUEST_DIR / CUSTOMIZE).read_text()
+    if check_flavour(flavour) == DEFAULT:
+        return text
+    return "mkdir -p /usr/lib/python3/dist-packages\n" + text + (GUEST_DIR / CUSTOMIZE_INSTALLED).read_text()
+
+
+def recipe(flavour: str = DEFAULT) -> dict[str, object]:
     """Everything that determines the image's content; its hash is the cache key."""
-    files = {name: (GUEST_DIR / name).read_text() for name in [*BAKED, CUSTOMIZE]}
-    return {
+    bake = baked(flavour)
+    scripts = [CUSTOMIZE] if flavour == DEFAULT else [CUSTOMIZE, CUSTOMIZE_INSTALLED]
+    files = {name: (GUEST_DIR / name).read_text() for name in [*bake, *scripts]}
+    rec: dict[str, object] = {
         "suite": config.SUITE,
         "mirror": config.MIRROR,
         "variant": "minbase",
-        "packages": sorted(PACKAGES),
-        "baked": {name: [dst, mode] for name, (dst, mode) in BAKED.items()},
+        "packages": sorted(packages(flavour)),
+        "baked": {name: [dst, mode] for name, (dst, mode) in bake.items()},
         "files": files,
         "partuuid": ROOT_PARTUUID,
         "layout": "mbr+ext4@1MiB",
     }
+    if flavour != DEFAULT:  # the default recipe has no such key: its cache key must not move
+        rec["flavour"] = flavour
+    return rec
 
 
 def cache_key(rec: dict[str, object] | None = None) -> str:
@@ -83,21 +146,24 @@ def cache_key(rec: dict[str, object] | None = None) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def image_root() -> Path:
-    return config.cache_dir() / "image"
+def image_root(flavour: str = DEFAULT) -> Path:
+    """Each flavour under its own directory: a build evicts older images of its own flavour only."""
+    name = "image" if check_flavour(flavour) == DEFAULT else f"image-{flavour}"
+    return config.cache_dir() / name
 
 
-def image_path(key: str | None = None) -> Path:
-    return image_root() / (key or cache_key()) / "rootfs.img"
+def image_path(key: str | None = None, flavour: str = DEFAULT) -> Path:
+    return image_root(flavour) / (key or cache_key(recipe(flavour))) / "rootfs.img"
 
 
-def current() -> Path | None:
-    """The cached image for the current recipe, or None."""
-    p = image_path()
+def current(flavour: str = DEFAULT) -> Path | None:
+    """The cached image for the flavour's current recipe, or None."""
+    p = image_path(flavour=flavour)
     return p if p.is_file() and (p.parent / "meta.json").is_file() else None
 
 
-def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
+def run_step(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    """One set-up step; a failure raises VMError with the tail of its output (tools.deb uses it too)."""
     log.info(what, cmd=" ".join(cmd[:3]))
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
@@ -107,32 +173,35 @@ def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
         raise VMError(f"{what} failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()[-600:]}")
 
 
-def _mounted_under(root: Path) -> list[str]:
+def mounted_under(root: Path) -> list[str]:
+    """Mount points below `root`: what a tree removal must never descend into."""
     prefix = str(root.resolve()) + "/"
     with open("/proc/self/mounts") as f:
         return [line.split()[1] for line in f if line.split()[1].startswith(prefix)]
 
 
 @contextlib.contextmanager
-def _chroot_mounts(root: Path) -> Iterator[None]:
+def chroot_mounts(root: Path) -> Iterator[None]:
     """/proc in the chroot for maintainer scripts; always unmounted, even on failure."""
-    _run(["mount", "-t", "proc", "proc", str(root / "proc")], "mount /proc in the chroot")
+    run_step(["mount", "-t", "proc", "proc", str(root / "proc")], "mount /proc in the chroot")
     try:
         yield
     finally:
         subprocess.run(["umount", "-l", str(root / "proc")], check=False)
 
 
-def _remove_tree(root: Path) -> None:
-    left = _mounted_under(root)
+def remove_tree(root: Path) -> None:
+    """rm -rf of a build tree, refused while anything is still mounted below it."""
+    left = mounted_under(root)
     if left:  # never rm -rf through a mount into the host
         raise VMError(f"refusing to delete {root}: still mounted: {', '.join(left)}")
     shutil.rmtree(root, ignore_errors=True)
 
 
-def _debootstrap(root: Path, debs: Path) -> None:
+def debootstrap(root: Path, debs: Path) -> None:
+    """Minbase trixie into `root`, the downloaded .debs kept in `debs` for the next run."""
     debs.mkdir(parents=True, exist_ok=True)
-    _run(
+    run_step(
         [
             "debootstrap", "--variant=minbase", f"--keyring={config.KEYRING}", "--components=main",
             f"--cache-dir={debs}", config.SUITE, str(root), config.MIRROR,
@@ -141,7 +210,7 @@ def _debootstrap(root: Path, debs: Path) -> None:
     )  # fmt: skip
 
 
-def _install(root: Path) -> None:
+def _install(root: Path, flavour: str) -> None:
     env = {
         "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
         "DEBIAN_FRONTEND": "noninteractive",
@@ -151,20 +220,20 @@ def _install(root: Path) -> None:
     policy = root / "usr/sbin/policy-rc.d"
     policy.write_text("#!/bin/sh\nexit 101\n")  # no service starts inside the chroot
     policy.chmod(0o755)
-    with _chroot_mounts(root):
-        _run(["chroot", str(root), "apt-get", "-q", "update"], "apt-get update (guest)", env)
-        _run(
+    with chroot_mounts(root):
+        run_step(["chroot", str(root), "apt-get", "-q", "update"], "apt-get update (guest)", env)
+        run_step(
             ["chroot", str(root), "apt-get", "-q", "-y", "--no-install-recommends",
-             "-o", "Dpkg::Options::=--force-unsafe-io", "install", *PACKAGES],
+             "-o", "Dpkg::Options::=--force-unsafe-io", "install", *packages(flavour)],
             "apt-get install (guest packages)",
             env,
         )
-        for name, (dst, mode) in BAKED.items():
+        for name, (dst, mode) in baked(flavour).items():
             target = root / dst
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(GUEST_DIR / name, target)
             target.chmod(mode)
-        _run(["chroot", str(root), "/bin/bash", "-c", (GUEST_DIR / CUSTOMIZE).read_text()], "customize", env)
+        run_step(["chroot", str(root), "/bin/bash", "-c", customize_script(flavour)], "customize", env)
     policy.unlink()
 
 
@@ -190,7 +259,7 @@ def make_disk(root: Path, img: Path, fs_bytes: int, label: str = "scxvm-root") -
     with open(img, "wb") as f:
         f.truncate(PART_OFFSET + fs_bytes)
         f.write(mbr(DISK_ID, PART_OFFSET // 512, fs_bytes // 512))
-    _run(
+    run_step(
         [
             "mkfs.ext4", "-q", "-F", "-L", label, "-E", f"offset={PART_OFFSET}", "-d", str(root),
             str(img), f"{fs_bytes // 1024}k",
@@ -199,36 +268,38 @@ def make_disk(root: Path, img: Path, fs_bytes: int, label: str = "scxvm-root") -
     )  # fmt: skip
 
 
-def build(force: bool = False) -> Path:
-    """Return the cached image for the current recipe, building it first when needed."""
+def build(force: bool = False, flavour: str = DEFAULT) -> Path:
+    """Return the cached image for the flavour's current recipe, building it first when needed."""
+    check_flavour(flavour)
     if os.geteuid() != 0:
         raise VMError("building the guest image needs root (debootstrap, chroot)", hint="run as root")
+    # one lock for both flavours: their debootstraps share the .deb cache directory
     with config.cache_lock("image"):
-        return _build_locked(force)
+        return _build_locked(force, flavour)
 
 
-def _build_locked(force: bool) -> Path:
-    rec = recipe()
+def _build_locked(force: bool, flavour: str) -> Path:
+    rec = recipe(flavour)
     key = cache_key(rec)
-    dest = image_path(key)
-    if not force and current() == dest:
-        log.info("image cached", path=str(dest))
+    dest = image_path(key, flavour)
+    if not force and current(flavour) == dest:
+        log.info("image cached", path=str(dest), flavour=flavour)
         return dest
-    image_root().mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=image_root(), prefix=".build-"))
+    image_root(flavour).mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=image_root(flavour), prefix=".build-"))
     try:
         root = work / "root"
-        _debootstrap(root, config.cache_dir() / "debs")
-        _install(root)
+        debootstrap(root, config.cache_dir() / "debs")
+        _install(root, flavour)
         img = work / "rootfs.img"
         make_disk(root, img, _du_bytes(root) + FS_HEADROOM)
         dest.parent.mkdir(parents=True, exist_ok=True)
         os.replace(img, dest)
         atomic_write_text(dest.parent / "meta.json", json.dumps({"key": key, "recipe": rec}, indent=2) + "\n")
     finally:
-        _remove_tree(work)
-    for old in image_root().iterdir():  # keep only the current recipe's image
+        remove_tree(work)
+    for old in image_root(flavour).iterdir():  # keep only the current recipe's image
         if old.is_dir() and old.name != key and not old.name.startswith("."):
             shutil.rmtree(old, ignore_errors=True)
-    log.info("image ready", path=str(dest), size_mb=dest.stat().st_size // 2**20)
+    log.info("image ready", path=str(dest), flavour=flavour, size_mb=dest.stat().st_size // 2**20)
     return dest

@@ -1,6 +1,7 @@
-"""`python -m tools.vm kernel`: fetch and cache a Debian kernel that has sched_ext built in.
+"""`python -m tools.vm kernel`: fetch and cache Debian kernels that have sched_ext built in.
 
-Takes the newest trixie(-backports) `linux-image-<abi>-cloud-amd64`, downloads it together with its
+Takes a trixie(-backports) `linux-image-<abi>-cloud-amd64` (by default the newest; any version the
+archive still has on request, each cached in its own directory), downloads it together with its
 split-out `linux-binary-<abi>` (vmlinuz) and `linux-base-<abi>` (config, modules.builtin) packages,
 unpacks them with dpkg-deb -x and keeps it only if the config really says CONFIG_SCHED_CLASS_EXT=y
 and has everything the guest boots from built in (no modules are ever loaded in the guest).
@@ -13,6 +14,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -42,6 +44,10 @@ REQUIRED_CONFIG = (
 MAX_CANDIDATES = 4
 
 _IMAGE_RE = re.compile(rf"^linux-image-(?P<abi>\d[0-9A-Za-z.+~]*)-{config.KERNEL_FLAVOUR}$")
+# one alternative of a Depends field: `name`, `name (= version)`, `name (>= version)`, `name:any`...
+_RELATION_RE = re.compile(
+    r"^(?P<name>[^\s(:]+)(?::\S+)?\s*(?:\(\s*(?P<op>[<>=]+)\s*(?P<version>[^\s)]+)\s*\))?"
+)
 
 
 @dataclass(frozen=True)
@@ -66,11 +72,27 @@ class Candidate:
         assert m is not None
         return m["abi"]
 
+    def _depends_on(self, kinds: tuple[str, ...]) -> dict[str, str | None]:
+        """Package name -> the version an `(= V)` relation pins it to (None: any), in Depends order."""
+        wanted = {f"linux-{kind}-{self.abi}-{config.KERNEL_FLAVOUR}" for kind in kinds}
+        found: dict[str, str | None] = {}
+        for alt in (a for dep in self.depends.split(",") for a in dep.split("|")):
+            m = _RELATION_RE.match(alt.strip())
+            if m is not None and m["name"] in wanted:
+                found[m["name"]] = m["version"] if m["op"] == "=" else None
+        return found
+
     def split_packages(self) -> list[str]:
         """The linux-binary-/linux-base- packages this image depends on (newer split packaging)."""
-        names = [alt.strip().split(" ")[0] for dep in self.depends.split(",") for alt in dep.split("|")]
-        wanted = tuple(f"linux-{kind}-{self.abi}-{config.KERNEL_FLAVOUR}" for kind in ("binary", "base"))
-        return [n for n in names if n in wanted]
+        return list(self._depends_on(("binary", "base")))
+
+    def kernel_packages(self) -> list[str]:
+        """Every package of this very kernel the image depends on: all must exist to install it."""
+        return list(self.pinned_packages())
+
+    def pinned_packages(self) -> dict[str, str | None]:
+        """kernel_packages() with the exact version each must have (None where Depends pins none)."""
+        return self._depends_on(("binary", "base", "modules"))
 
 
 def missing_options(opts: dict[str, str]) -> list[str]:
@@ -82,14 +104,21 @@ def kernel_root() -> Path:
 
 
 def current() -> KernelInfo | None:
-    """The cached kernel, or None when none is prepared (or its files are gone)."""
-    meta = kernel_root() / "current.json"
+    """The default kernel, or None when none is prepared (or its files are gone)."""
     try:
-        info = KernelInfo(**json.loads(meta.read_text()))
-    except (OSError, ValueError, TypeError):
+        release = json.loads((kernel_root() / "current.json").read_text())["release"]
+    except (OSError, ValueError, TypeError, KeyError):
         return None
-    d = info.dir(kernel_root())
-    return info if (d / "vmlinuz").is_file() and (d / "config").is_file() else None
+    info = _cached(release)
+    if info is None and (kernel_root() / release / "vmlinuz").is_file():
+        # prepared before each kernel carried its own info.json: current.json holds the same fields
+        try:
+            info = KernelInfo(**json.loads((kernel_root() / "current.json").read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+        atomic_write_text(info.dir(kernel_root()) / "info.json", json.dumps(asdict(info), indent=2) + "\n")
+        info = _cached(release)  # the same completeness check as every other cached kernel (config too)
+    return info
 
 
 def vmlinuz(info: KernelInfo) -> Path:
@@ -143,10 +172,24 @@ def lib_modules_dir(info: KernelInfo) -> Path:
 
 
 def candidates(apt: PrivateApt) -> list[Candidate]:
+    """The archive's cloud kernels that can still be installed, newest first.
+
+    The archive keeps a kernel's signed image long after the unsigned `linux` source that built its
+    split-out packages (config, modules) has moved on: such an image cannot be installed on a Debian
+    system any more, so it is not a kernel our users can run, and is left out.
+    """
     names = [n for n in apt.pkgnames("linux-image-") if _IMAGE_RE.match(n)]
     if not names:
         return []
+    present = set(apt.pkgnames("linux-"))
     found = [Candidate(s["Package"], s.get("Version", ""), s.get("Depends", "")) for s in apt.show(*names)]
+    found = [c for c in found if all(dep in present for dep in c.kernel_packages())]
+    # A package of the same name but another version does not do either: a re-upload of one kernel
+    # (7.0.12-2 after 7.0.12-1) replaces its split packages while the old signed image lingers, and
+    # apt-get download of the pinned version would then fail instead of trying the next kernel.
+    pinned = sorted({p for c in found for p, v in c.pinned_packages().items() if v is not None})
+    have = {(s["Package"], s.get("Version", "")) for s in apt.show(*pinned)} if pinned else set()
+    found = [c for c in found if all(v is None or (p, v) in have for p, v in c.pinned_packages().items())]
     order = sort_versions([c.version for c in found])
     return sorted(found, key=lambda c: order.index(c.version))
 
@@ -181,6 +224,7 @@ def _try(apt: PrivateApt, cand: Candidate, work: Path) -> KernelInfo | None:
     missing = missing_options(parse_kconfig(cfg.read_text()))
     if missing:
         log.info("kernel rejected", package=cand.package, version=cand.version, missing=missing)
+        _reject(cand, missing)
         return None
     release = cfg.parent.name if cfg.name == "config" else cfg.name.removeprefix("config-")
     info = KernelInfo(release=release, version=cand.version, package=cand.package)
@@ -196,37 +240,153 @@ def _try(apt: PrivateApt, cand: Candidate, work: Path) -> KernelInfo | None:
                 shutil.copy2(f, dest / "lib-modules" / f.name)
     else:
         shutil.copy2(cfg, dest / "lib-modules" / "config")
+    atomic_write_text(dest / "info.json", json.dumps(asdict(info), indent=2) + "\n")
     return info
 
 
-def prepare(refresh: bool = False) -> KernelInfo:
-    """Return the cached kernel, fetching the newest qualifying one when absent (or asked to)."""
+def _cached(release: str) -> KernelInfo | None:
+    """The kernel cached under `release`, or None (also when its files are incomplete)."""
+    try:
+        info = KernelInfo(**json.loads((kernel_root() / release / "info.json").read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    d = info.dir(kernel_root())
+    return info if (d / "vmlinuz").is_file() and (d / "config").is_file() else None
+
+
+def cached() -> list[KernelInfo]:
+    """Every prepared kernel, newest first."""
+    current()  # gives a default kernel prepared before info.json existed its own
+    root = kernel_root()
+    found = [i for d in root.iterdir() if d.is_dir() and (i := _cached(d.name))] if root.is_dir() else []
+    order = sort_versions([i.version for i in found])
+    return sorted(found, key=lambda i: order.index(i.version))
+
+
+def abi_of(release: str) -> str:
+    """`7.2.12+deb13` from `7.2.12+deb13-cloud-amd64`."""
+    return release.removesuffix(f"-{config.KERNEL_FLAVOUR}")
+
+
+def matches(spec: str, abi: str) -> bool:
+    """Does a version spec name this kernel? `7.2` is a series, `7.2.12` or `7.2.12+deb13` one kernel."""
+    spec = abi_of(spec)
+    return abi == spec or abi.startswith(spec + ".") or abi.startswith(spec + "+")
+
+
+def series(abi: str) -> str:
+    """`7.2` from `7.2.12+deb13`: kernels of one series share their sched_ext interface."""
+    return ".".join(re.split(r"[.+~-]", abi)[:2])
+
+
+def _rejected() -> dict[str, list[str]]:
+    """Versions already downloaded and found without what the guest needs (package version -> why)."""
+    try:
+        data = json.loads((kernel_root() / "rejected.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _reject(cand: Candidate, missing: list[str]) -> None:
+    data = _rejected()
+    data[cand.version] = missing
+    atomic_write_text(kernel_root() / "rejected.json", json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def prepare(version: str | None = None, refresh: bool = False) -> KernelInfo:
+    """Return a cached kernel, fetching it when absent (or asked to look again).
+
+    `version`: None, the default kernel (the newest when it was prepared); `newest` / `oldest`, the
+    newest / oldest kernel in the archive that has sched_ext; a series (`6.16`, its newest kernel) or
+    one kernel (`6.16.12`, `6.16.12+deb13`, the full release). Without `refresh` a cached kernel that
+    matches is used without asking the archive, so runs work offline once a kernel is prepared.
+    """
     with config.cache_lock("kernel"):
-        if not refresh and (info := current()) is not None:
-            log.info("kernel cached", release=info.release, version=info.version)
+        if version is None:
+            if not refresh and (info := current()) is not None:
+                log.info("kernel cached", release=info.release, version=info.version)
+                return info
+            info = _fetch(_newest_first)
+            atomic_write_text(kernel_root() / "current.json", json.dumps(asdict(info), indent=2) + "\n")
             return info
-        return _fetch()
+        return _prepare_spec(version, refresh)
 
 
-def _fetch() -> KernelInfo:
+def _alias_path() -> Path:
+    return kernel_root() / "aliases.json"
+
+
+def _aliases() -> dict[str, str]:
+    try:
+        data = json.loads(_alias_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _prepare_spec(spec: str, refresh: bool) -> KernelInfo:
+    if spec in ("newest", "oldest"):
+        release = _aliases().get(spec)
+        if not refresh and release and (info := _cached(release)) is not None:
+            return info
+        info = _fetch(_newest_first if spec == "newest" else _oldest_first)
+        atomic_write_text(_alias_path(), json.dumps({**_aliases(), spec: info.release}, indent=2) + "\n")
+        return info
+    if not refresh:
+        for info in cached():
+            if matches(spec, abi_of(info.release)):
+                log.info("kernel cached", release=info.release, version=info.version)
+                return info
+    return _fetch(lambda cands: [c for c in cands if matches(spec, c.abi)], what=f"version {spec}")
+
+
+def _newest_first(cands: list[Candidate]) -> list[Candidate]:
+    return cands
+
+
+def _oldest_first(cands: list[Candidate]) -> list[Candidate]:
+    return list(reversed(cands))
+
+
+def available(refresh: bool = True) -> list[Candidate]:
+    """The archive's cloud kernels, newest first, less those known to lack sched_ext.
+
+    Without `refresh` the package lists of the last update are used (no network), unless there are
+    none: a sources.list alone is what an interrupted first update leaves, and would list nothing.
+    """
+    apt = PrivateApt(config.cache_dir() / "apt")
+    # the kernel lock: _fetch updates the same private lists, and two apt-get updates on one
+    # Dir::State (apt's own locking is off there) can leave them half-written
+    with config.cache_lock("kernel"):
+        if refresh or not any((apt.root / "state" / "lists").glob("*_Packages*")):
+            apt.update()
+        bad = _rejected()
+        return [c for c in candidates(apt) if c.version not in bad]
+
+
+def _fetch(pick: Callable[[list[Candidate]], list[Candidate]], what: str = "") -> KernelInfo:
+    """Download the first kernel `pick` orders from the archive's list that qualifies."""
     apt = PrivateApt(config.cache_dir() / "apt")
     apt.update()
-    cands = candidates(apt)
+    bad = _rejected()
+    cands = [c for c in pick(candidates(apt)) if c.version not in bad]
     if not cands:
-        raise VMError(f"no linux-image-*-{config.KERNEL_FLAVOUR} package found in {config.KERNEL_SUITES}")
+        raise VMError(f"no linux-image-*-{config.KERNEL_FLAVOUR} {what or 'package'} found in "
+                      f"{', '.join(config.KERNEL_SUITES)} (list them: python -m tools.vm kernel --list)")
     kernel_root().mkdir(parents=True, exist_ok=True)
     for cand in cands[:MAX_CANDIDATES]:
+        info = _cached(f"{cand.abi}-{config.KERNEL_FLAVOUR}")
+        if info is not None and info.version == cand.version:
+            return info
         log.info("trying kernel", package=cand.package, version=cand.version)
         with tempfile.TemporaryDirectory(dir=kernel_root(), prefix=".work-") as tmp:
             info = _try(apt, cand, Path(tmp))
         if info is not None:
             boot_image(info)  # extract the PVH-bootable vmlinux now, not during the first run
-            atomic_write_text(kernel_root() / "current.json", json.dumps(asdict(info), indent=2) + "\n")
             log.info("kernel ready", release=info.release, version=info.version)
             return info
     raise VMError(
-        f"none of the {min(len(cands), MAX_CANDIDATES)} newest {config.KERNEL_FLAVOUR} kernels has "
-        f"{', '.join(REQUIRED_CONFIG)} built in"
+        f"none of the {min(len(cands), MAX_CANDIDATES)} {config.KERNEL_FLAVOUR} kernels tried "
+        f"({what or 'newest first'}) has {', '.join(REQUIRED_CONFIG)} built in"
     )
-
-

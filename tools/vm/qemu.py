@@ -27,6 +27,9 @@ class Machine:
     mem: str = "2G"
     systemd: bool = False
     tcg_single: bool = False  # one host thread for all vCPUs (see accel_args)
+    # root_image is a per-run qcow2 overlay over the base image that keeps the guest's writes (for
+    # a second boot of the same disk), instead of the raw base image with its writes thrown away
+    persistent_root: bool = False
 
 
 def qemu_binary() -> str:
@@ -67,6 +70,13 @@ def accel_args(accel: str, tcg_single: bool = False) -> list[str]:
     return ["-accel", f"tcg,thread={'single' if tcg_single else 'multi'}", "-cpu", "max"]
 
 
+def root_drive(m: Machine) -> str:
+    """The root disk's -drive value: the base image is only ever read, whichever way."""
+    if m.persistent_root:
+        return f"file={m.root_image},if=none,id=root,format=qcow2"
+    return f"file={m.root_image},if=none,id=root,format=raw,snapshot=on"
+
+
 def argv(m: Machine, binary: str = QEMU) -> list[str]:
     def port(name: str, log: Path) -> list[str]:
         cid = name.replace(".", "_")
@@ -80,7 +90,7 @@ def argv(m: Machine, binary: str = QEMU) -> list[str]:
         "-smp", str(m.cpus), "-m", m.mem,
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
         "-kernel", str(m.kernel), "-append", kernel_cmdline(m.systemd),
-        "-drive", f"file={m.root_image},if=none,id=root,format=raw,snapshot=on",
+        "-drive", root_drive(m),
         "-device", "nvme,drive=root,serial=scxvmroot",
         "-drive", f"file={m.run_image},if=none,id=run,format=raw",
         "-device", "nvme,drive=run,serial=scxvmrun",

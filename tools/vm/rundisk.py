@@ -1,8 +1,11 @@
-"""The per-run disk: the working tree, --copy files, the command and the guest script.
+"""The per-run disk: the working tree, --copy files, the command(s) and the guest script.
 
 Built fresh for every run with `mkfs.ext4 -d` from a staging directory and attached as a second
 NVMe drive (label scxvm-run). The guest writes /results and its exit code onto it; after QEMU
 exits they are read back with e2fsck + debugfs, without mounting anything on the host.
+
+A run with a second command (`then`) keeps the same run disk for both boots: `cmd` runs on the
+first, `then` on the second, and /results collects what both wrote.
 """
 
 from __future__ import annotations
@@ -38,12 +41,14 @@ tracefs /sys/kernel/tracing tracefs defaults 0 0
 """
 
 
-def fstab_run(release: str | None) -> str:
-    """Bind mounts of the run disk's parts to where the guest expects them (both modes)."""
-    lines = [
-        "/mnt/scxvm/project /opt/scxctl none bind,X-mount.mkdir 0 0",
-        "/mnt/scxvm/results /results none bind,X-mount.mkdir 0 0",
-    ]
+def fstab_run(release: str | None, project: bool = True) -> str:
+    """Bind mounts of the run disk's parts to where the guest expects them (both modes).
+
+    `project` False (the installed flavour): no /opt/scxctl, so nothing of the working tree is
+    visible in the guest besides what --copy brings.
+    """
+    lines = ["/mnt/scxvm/project /opt/scxctl none bind,X-mount.mkdir 0 0"] if project else []
+    lines.append("/mnt/scxvm/results /results none bind,X-mount.mkdir 0 0")
     if release is not None:
         lines.append(f"/mnt/scxvm/kernel /lib/modules/{release} none bind,X-mount.mkdir 0 0")
     return "\n".join(lines) + "\n"
@@ -74,25 +79,35 @@ def stage(
     lib_modules: Path | None,
     release: str | None = None,
     checkout: Path = config.CHECKOUT,
+    *,
+    then: str | None = None,
+    project: bool = True,
 ) -> str:
-    """Fill `staging` with what the run disk holds; returns the run's nonce."""
+    """Fill `staging` with what the run disk holds; returns the run's nonce.
+
+    `then`: the command of the second boot (guest.sh runs it once the root disk carries the
+    first boot's marker). `project` False leaves the working tree off the disk (installed flavour).
+    """
     staging.mkdir(parents=True, exist_ok=True)
     nonce = secrets.token_hex(8)
     (staging / "nonce").write_text(nonce + "\n")
     (staging / "cmd").write_text(command)
+    if then is not None:
+        (staging / "then").write_text(then)
     shutil.copyfile(GUEST_SCRIPT, staging / "guest.sh")
-    project = staging / "project"
-    project.mkdir()
-    for item in PROJECT_ITEMS:
-        src = checkout / item
-        if src.is_dir():
-            shutil.copytree(src, project / item, ignore=_IGNORE, symlinks=True)
-        elif src.is_file():
-            shutil.copy2(src, project / item)
+    if project:
+        tree = staging / "project"
+        tree.mkdir()
+        for item in PROJECT_ITEMS:
+            src = checkout / item
+            if src.is_dir():
+                shutil.copytree(src, tree / item, ignore=_IGNORE, symlinks=True)
+            elif src.is_file():
+                shutil.copy2(src, tree / item)
     if lib_modules is not None:
         shutil.copytree(lib_modules, staging / "kernel")
     (staging / "fstab.light").write_text(FSTAB_LIGHT)
-    (staging / "fstab.run").write_text(fstab_run(release if lib_modules is not None else None))
+    (staging / "fstab.run").write_text(fstab_run(release if lib_modules is not None else None, project))
     lines = []
     for i, c in enumerate(copies):
         if not c.src.exists():

@@ -3,11 +3,16 @@
 The guest reports over the virtio port scxvm.ctl (see guest/guest.sh); the kernel console (ttyS0)
 is only watched for panics and kept for diagnostics. Outcome -> exit code:
 the command's own code, or HarnessCode.TIMEOUT / PANIC / NO_COMMAND / SETUP (tools.vm.codes).
+
+With a second command (RunSpec.then) QEMU boots twice: the root disk is then a per-run qcow2
+overlay over the base image, so the second boot finds what the first command left behind, as after
+a real reboot; the run disk (and /results on it) is the same for both boots.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import fcntl
 import os
 import re
@@ -31,6 +36,8 @@ POLL_S = 0.05
 PR_SET_PDEATHSIG = 1
 OWNER = "owner.pid"  # in a run dir while its harness process runs
 SHUTDOWN_GRACE_S = 30.0
+# the first of two boots shuts down in order (every unit stopped, as on a real reboot): slower under TCG
+REBOOT_GRACE_S = 180.0
 _PANIC_RE = re.compile(r"Kernel panic - not syncing:?[^\n]*")
 # Where a kernel report starts: what a reader of a CI log needs to tell a TCG flake from a real bug.
 # An oops first; a WARNING only when there is none (an earlier, harmless one must not crowd it out).
@@ -50,6 +57,9 @@ class RunSpec:
     results: Path | None = None
     keep: bool = False  # keep the work dir (logs, run disk) for debugging
     tcg_single: bool = False  # single-threaded TCG (qemu.accel_args says when and why)
+    kernel: str | None = None  # a version spec (kernel.prepare); None: the default kernel
+    flavour: str = image.DEFAULT  # image.INSTALLED: the bare image, no working tree in the guest
+    then: str | None = None  # a second command, run by a second boot of the same root disk
 
 
 @dataclass
@@ -62,8 +72,9 @@ class Outcome:
     wall_s: float  # the whole run, disk building and result fetching included
     console: str
     workdir: Path | None = None
-    qemu_s: float | None = None  # how long QEMU ran
+    qemu_s: float | None = None  # how long QEMU ran (both boots together when there were two)
     queued_s: float = 0.0  # waiting for another guest to finish (see qemu.lock)
+    second_boot_s: float | None = None  # second QEMU start to the second command's start (RunSpec.then)
 
 
 @dataclass
@@ -143,18 +154,70 @@ class _Tail:
         self._f.close()
 
 
-def _prepare() -> tuple[kernel.KernelInfo, Path, str]:
+def _prepare(version: str | None, flavour: str = image.DEFAULT) -> tuple[kernel.KernelInfo, Path, str]:
     binary = qemu.qemu_binary()
-    info = kernel.current() or kernel.prepare()
-    img = image.current() or image.build()
+    info = (kernel.current() if version is None else None) or kernel.prepare(version)
+    img = image.current(flavour) or image.build(flavour=flavour)
     return info, img, binary
+
+
+def root_overlay(base: Path, work: Path) -> Path:
+    """A qcow2 overlay over `base` in `work`: the guest's writes survive a reboot, `base` stays as it is.
+
+    The overlay backs onto a hard link of the base image where one can be made, so that an image
+    rebuild that deletes the old image between the two boots cannot pull the disk away.
+    """
+    backing = base
+    link = work / "base.img"
+    try:
+        os.link(base, link)
+        backing = link
+    except OSError:
+        pass  # another file system: the base image's own path
+    overlay = work / "root.qcow2"
+    cmd = ["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(backing.resolve()), str(overlay)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise VMError("qemu-img not found", hint="install qemu-utils (scripts/install.sh)") from None
+    if proc.returncode != 0:
+        raise VMError(f"qemu-img create (root overlay) failed: {proc.stderr.strip()[-300:]}")
+    return overlay
+
+
+def reboots(first: Outcome) -> bool:
+    """Whether a second command runs after `first`: only when the first command ran and exited 0."""
+    return first.message is None and first.returncode == 0
+
+
+def merge(first: Outcome, second: Outcome) -> Outcome:
+    """One outcome for both boots: the second command's code and message, both outputs and consoles."""
+    return Outcome(
+        returncode=second.returncode,
+        output=first.output + second.output,
+        message=second.message,
+        accel=second.accel,
+        boot_s=first.boot_s,
+        wall_s=second.wall_s,
+        console=first.console + second.console,
+        workdir=second.workdir,
+        qemu_s=None if first.qemu_s is None or second.qemu_s is None else first.qemu_s + second.qemu_s,
+        second_boot_s=second.boot_s,
+    )
+
+
+def second_machine(m: qemu.Machine, work: Path) -> qemu.Machine:
+    """The second boot's machine: the same disks, its own log files (the first boot's stay for --keep)."""
+    return dataclasses.replace(
+        m, console_log=work / "console2.log", ctl_log=work / "ctl2.log", out_log=work / "out2.log"
+    )
 
 
 def run(spec: RunSpec, sink: BinaryIO | None = None) -> Outcome:
     """Boot, run spec.command, stream its output to `sink` (stdout by default), return the outcome."""
     t0 = time.monotonic()
     sink = sink if sink is not None else sys.stdout.buffer
-    info, root_img, binary = _prepare()
+    info, root_img, binary = _prepare(spec.kernel, spec.flavour)
     verdict = accel.choose(binary, kernel.vmlinuz(info))
     acc = "kvm" if verdict.kvm else "tcg"
     boot_timeout = spec.boot_timeout or (60.0 if acc == "kvm" else 300.0)
@@ -165,15 +228,19 @@ def run(spec: RunSpec, sink: BinaryIO | None = None) -> Outcome:
     (work / OWNER).write_text(f"{os.getpid()}\n")
     try:
         nonce = rundisk.stage(
-            work / "stage", spec.command, spec.copies, kernel.lib_modules_dir(info), info.release
-        )
+            work / "stage", spec.command, spec.copies, kernel.lib_modules_dir(info), info.release,
+            then=spec.then, project=spec.flavour == image.DEFAULT,
+        )  # fmt: skip
         run_img = work / "run.img"
         rundisk.make(work / "stage", run_img)
         shutil.rmtree(work / "stage")
+        persistent = spec.then is not None
+        root = root_overlay(root_img, work) if persistent else root_img
         m = qemu.Machine(
-            kernel=kernel.boot_image(info), root_image=root_img, run_image=run_img,
+            kernel=kernel.boot_image(info), root_image=root, run_image=run_img,
             console_log=work / "console.log", ctl_log=work / "ctl.log", out_log=work / "out.log",
             accel=acc, cpus=spec.cpus, mem=spec.mem, systemd=spec.systemd, tcg_single=spec.tcg_single,
+            persistent_root=persistent,
         )  # fmt: skip
         for p in (m.console_log, m.ctl_log, m.out_log):
             p.touch()
@@ -187,9 +254,10 @@ def run(spec: RunSpec, sink: BinaryIO | None = None) -> Outcome:
                 log.info("waiting for another guest to finish (one guest at a time)")
                 fcntl.flock(lock, fcntl.LOCK_EX)
             log.info("booting guest", accel=acc, cpus=spec.cpus, mem=spec.mem, systemd=spec.systemd,
-                     kernel=info.release)
+                     kernel=info.release, flavour=spec.flavour)
             queued = time.monotonic() - queued
-            outcome = _boot(m, binary, nonce, spec, boot_timeout, sink, work, t0)
+            # the lock stays held across a reboot: the second boot's timing is as comparable as the first's
+            outcome = _boots(m, binary, nonce, spec, boot_timeout, sink, work, t0)
         outcome.queued_s = queued
         if spec.results is not None and outcome.returncode not in (HarnessCode.NO_COMMAND,):
             try:
@@ -206,15 +274,34 @@ def run(spec: RunSpec, sink: BinaryIO | None = None) -> Outcome:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _boot(
+def _boots(
     m: qemu.Machine, binary: str, nonce: str, spec: RunSpec, boot_timeout: float, sink: BinaryIO,
     work: Path, t0: float,
+) -> Outcome:  # fmt: skip
+    """The run's one boot, or two (spec.then) when the first command exits 0."""
+    if spec.then is None:
+        return _boot(m, binary, nonce, spec, boot_timeout, sink, work, t0)
+    first = _boot(m, binary, nonce, spec, boot_timeout, sink, work, t0, grace=REBOOT_GRACE_S)
+    if not reboots(first):
+        log.warning("the first command did not succeed: no second boot", code=first.returncode)
+        return first
+    log.info("rebooting the guest for the second command")
+    m2 = second_machine(m, work)
+    for p in (m2.console_log, m2.ctl_log, m2.out_log):
+        p.touch()
+    second = _boot(m2, binary, nonce, spec, boot_timeout, sink, work, t0, stderr_name="qemu2.stderr")
+    return merge(first, second)
+
+
+def _boot(
+    m: qemu.Machine, binary: str, nonce: str, spec: RunSpec, boot_timeout: float, sink: BinaryIO,
+    work: Path, t0: float, grace: float = SHUTDOWN_GRACE_S, stderr_name: str = "qemu.stderr",
 ) -> Outcome:  # fmt: skip
     out, ctl, con = _Tail(m.out_log), _Tail(m.ctl_log), _Tail(m.console_log)
     watch = _Watch(nonce)
     console = ""
     output = bytearray()
-    qemu_err = open(work / "qemu.stderr", "wb")  # noqa: SIM115 -- closed below, after the process
+    qemu_err = open(work / stderr_name, "wb")  # noqa: SIM115 -- closed below, after the process
     started = time.monotonic()
     proc = subprocess.Popen(
         qemu.argv(m, binary), stdin=subprocess.DEVNULL, stdout=qemu_err, stderr=qemu_err,
@@ -241,7 +328,7 @@ def _boot(
             if exited or watch.panic is not None:
                 break
             if finished_at is not None:
-                if now - finished_at > SHUTDOWN_GRACE_S:
+                if now - finished_at > grace:
                     log.warning("guest did not power off after the command; killing QEMU")
                     break
             elif watch.started_at is None and now - started > boot_timeout:
@@ -267,7 +354,7 @@ def _boot(
         watch.exit_code = rundisk.read_exitcode(m.run_image)  # the marker got lost, the disk may have it
     code, message = classify(watch, timed_out)
     if message is not None:
-        detail = (work / "qemu.stderr").read_text(errors="replace").strip()
+        detail = (work / stderr_name).read_text(errors="replace").strip()
         if code == HarnessCode.TIMEOUT:
             message += f" after {spec.timeout:g} s"
         elif code == HarnessCode.NO_COMMAND and timed_out == "boot":

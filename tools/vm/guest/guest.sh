@@ -7,10 +7,32 @@
 #   SCXVM:<nonce>:error=<msg> the guest could not set the command up
 # The command's stdout+stderr go to the virtio port "scxvm.out" (not a tty), nothing else does.
 # Builtins wherever possible: under TCG every exec costs tens of milliseconds.
+# Two commands ($R/then exists): the host boots the same root disk twice. The first boot runs
+# $R/cmd and leaves the nonce in $MARK on the root disk; a boot that finds it there is the second
+# and runs $R/then. The nonce ties the marker to this run, so a marker from any other run never counts.
 mode=${1:-light}
 R=/mnt/scxvm
+MARK=/var/lib/scxvm/first-done
 read -r nonce <"$R/nonce"
 read -r rel </proc/sys/kernel/osrelease
+# the installed flavour brings no working tree: no /opt/scxctl to mount, unmount or put on sys.path
+proj=
+[ -d "$R/project" ] && proj=/opt/scxctl
+cmdfile=$R/cmd
+second=
+lost=
+reboot=
+if [ -f "$R/then" ]; then
+    seen=
+    read -r seen 2>/dev/null <"$MARK"  # stderr first: no message when there is no marker
+    if [ "$seen" = "$nonce" ]; then
+        second=1 cmdfile=$R/then
+    elif [ -f "$R/exitcode" ]; then
+        # the first command has run (the run disk says so) but the root disk forgot it: running
+        # the first command again would pass off a fresh disk as a reboot of the same one
+        lost=1
+    fi
+fi
 
 port() {
     local p name
@@ -24,15 +46,20 @@ finish() {
     if [ "$mode" = light ]; then
         kill -TERM -1 2>/dev/null && sleep 0.2
         kill -KILL -1 2>/dev/null
-        umount /results /opt/scxctl "/lib/modules/$rel" "$R" 2>/dev/null || {
+        umount /results $proj "/lib/modules/$rel" "$R" 2>/dev/null || {
             sync; mount -o remount,ro "$R"
         }
         echo o >/proc/sysrq-trigger
         while :; do sleep 60; done  # PID 1 must never exit (that would be a kernel panic)
     fi
-    umount /results /opt/scxctl "/lib/modules/$rel" 2>/dev/null
+    umount /results $proj "/lib/modules/$rel" 2>/dev/null
     umount "$R" 2>/dev/null || { sync; umount -l "$R"; }
-    systemctl poweroff --force
+    if [ -n "$reboot" ]; then
+        # a second boot follows: shut down in order (units stopped as on a real reboot), not --force
+        systemctl poweroff
+    else
+        systemctl poweroff --force
+    fi
 }
 
 if [ "$mode" = light ]; then
@@ -51,11 +78,13 @@ if [ -z "${ctl:-}" ] || [ -z "${out:-}" ]; then
 fi
 mark() { echo "SCXVM:$nonce:$*" >"$ctl"; }
 fail() { mark "error=$*"; finish; }
+[ -n "$lost" ] && fail "second boot: the root disk has no marker of the first ($MARK)"
 
 mount -a -T "$R/fstab.run" || fail "cannot mount the project, kernel files or /results (fstab.run)"
 [ -f "$R/kernel/config" ] && ln -sf "/lib/modules/$rel/config" "/boot/config-$rel"
 
-while IFS=$'\t' read -r idx dst; do
+# copies go in on the first boot only: the second boots the same root disk, which still has them
+[ -z "$second" ] && while IFS=$'\t' read -r idx dst; do
     [ -n "$idx" ] || continue
     src="$R/copies/$idx"
     mkdir -p "${dst%/*}/" || fail "--copy: cannot create ${dst%/*}"
@@ -68,11 +97,16 @@ done <"$R/copies.tsv"
 
 export HOME=/root USER=root LOGNAME=root LANG=C.UTF-8 TERM=dumb
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-export PYTHONPATH=/opt/scxctl
+[ -n "$proj" ] && export PYTHONPATH=$proj
 cd /
 mark start
-sh -c "$(<"$R/cmd")" </dev/null >"$out" 2>&1
+sh -c "$(<"$cmdfile")" </dev/null >"$out" 2>&1
 rc=$?
+if [ -f "$R/then" ] && [ -z "$second" ] && [ "$rc" = 0 ]; then
+    # before the exit marker: once the host sees it, it may power the guest off at any moment
+    mkdir -p "${MARK%/*}" && echo "$nonce" >"$MARK" && sync || fail "cannot write $MARK on the root disk"
+    reboot=1
+fi
 echo "$rc" >"$R/exitcode"
 mark "exit=$rc"
 finish

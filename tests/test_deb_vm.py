@@ -1,0 +1,344 @@
+"""The Debian package on a bare trixie guest under real systemd (QEMU, two boots of one disk).
+
+The guest is the installed image flavour: no python3, none of scxctl's dependencies and no working
+tree, so everything scxctl needs must come from the .deb and its declared Depends, which the guest
+installs with apt from a local repository holding their closure as trixie resolves it
+(tools/vm/repo.py). A wrong Depends fails the repository build or the install; a missing one fails
+the first `scxctl` run with an import error.
+
+The first boot installs the package, drives it (unit, enable/disable, a unit that cannot start, the
+group) and leaves pyland enabled; the guest then reboots the same root disk, and the second boot
+checks restore_on_boot, an upgrade over a corrupt config, remove and purge. Each boot's script
+writes its findings under /results; the tests below assert on those files.
+
+The .deb: $SCXCTL_DEB, else one built from this working tree by tools.deb (the cached trixie
+chroot, as scripts/build-deb.sh; lintian is that command's and its test's job), never an older
+dist/scxctl_*.deb that may not be what the tree now holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from guest_files import read
+
+from tools.vm import image, repo
+from tools.vm.codes import VMError
+
+pytestmark = pytest.mark.vm
+
+DEB_ENV = "SCXCTL_DEB"
+UNIT_CGROUP = "/system.slice/scxctl.service"
+
+# Shared by both boots: no python3 before the package brings it, so nothing here needs it.
+PRELUDE = r"""#!/bin/bash
+set -u
+R=/results
+S=/sys/kernel/sched_ext
+now() { date +%s.%N; }
+kstate() { echo "$(cat $S/state 2>/dev/null) $(cat $S/root/ops 2>/dev/null || echo -)"; }
+# scxctl's own processes (the daemon: /usr/bin/scxctl daemon; pyland: python3 -m scxctl ... run pyland),
+# matched on argv so that nothing else whose command line mentions scxctl counts
+scx_procs() {
+    local p c
+    for p in /proc/[0-9]*; do
+        c=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+        case "$c" in
+            *"/usr/bin/scxctl "*|*" -m scxctl "*) echo "${p#/proc/} $(cat "$p/cgroup" 2>/dev/null) $c" ;;
+        esac
+    done
+}
+pyland_pid() { scx_procs | awk '/ run pyland/ {print $1; exit}'; }
+wait_kstate() {  # wait_kstate WANT SECONDS: prints the seconds it took, or "timeout"
+    local t0 end
+    t0=$(now); end=$((SECONDS + $2))
+    while [ $SECONDS -lt $end ]; do
+        [ "$(kstate)" = "$1" ] && { echo "$(now) $t0" | awk '{printf "%.2f\n", $1 - $2}'; return 0; }
+        sleep 0.2
+    done
+    echo timeout; return 1
+}
+cd /root
+DEB=$(ls scxctl_*.deb)
+"""
+
+FIRST = r"""
+cat /proc/sys/kernel/random/boot_id >$R/boot_id.1
+echo "__SOURCES__" >/etc/apt/sources.list.d/local.list
+apt-get update >$R/apt_update.out 2>&1; echo $? >$R/apt_update.rc
+{ command -v python3 || echo none; } >$R/python_before.txt
+
+# install -> enabled: what a user does, timed from the start of the install
+t0=$(now)
+apt-get install -y "./$DEB" >$R/install.out 2>&1; echo $? >$R/install.rc
+t1=$(now)
+systemctl is-active scxctl.service >$R/is_active.txt 2>&1
+scxctl enable >$R/enable.out 2>&1; echo $? >$R/enable.rc
+t2=$(now)
+kstate >$R/after_enable.txt
+echo "$t0 $t1 $t2" >$R/times.txt
+systemctl show scxctl.service -p FragmentPath -p UnitFileState -p ActiveState -p ExecStart >$R/unit_show.txt
+systemd-analyze verify /usr/lib/systemd/system/scxctl.service >$R/verify.txt 2>&1; echo $? >$R/verify.rc
+dpkg -l >$R/dpkg_l.txt
+
+# status against the kernel's own view, read just before and after it
+kstate >$R/kstate_before_status.txt
+scxctl status --json >$R/status_enabled.json 2>$R/status_enabled.err; echo $? >$R/status_enabled.rc
+kstate >$R/kstate_after_status.txt
+scx_procs >$R/procs_enabled.txt
+pid=$(pyland_pid)
+cat /proc/${pid:-0}/cgroup >$R/pyland_cgroup.txt 2>&1
+echo "${pid:-none}" >$R/pyland_pid.txt
+
+scxctl disable >$R/disable.out 2>&1; echo $? >$R/disable.rc
+kstate >$R/after_disable.txt
+scxctl status --json >$R/status_disabled.json 2>&1
+scx_procs >$R/procs_disabled.txt
+
+# the unit exists but cannot start: enable must say so, and start no daemon of its own
+mkdir -p /etc/systemd/system/scxctl.service.d
+printf '[Service]\nExecStart=\nExecStart=/bin/false\n' >/etc/systemd/system/scxctl.service.d/broken.conf
+systemctl daemon-reload
+systemctl stop scxctl.service
+scxctl enable >$R/broken_enable.out 2>&1; echo $? >$R/broken_enable.rc
+sleep 1
+scx_procs >$R/broken_procs.txt
+kstate >$R/broken_kstate.txt
+rm -rf /etc/systemd/system/scxctl.service.d
+systemctl daemon-reload
+systemctl reset-failed scxctl.service
+systemctl start scxctl.service; echo $? >$R/unit_restart.rc
+
+# the group: a member may change state without root, anyone else may not
+getent group scxctl >$R/group.txt; echo $? >$R/group.rc
+useradd -m -G scxctl u1 >$R/useradd.out 2>&1; echo $? >$R/useradd.rc
+runuser -u u1 -- scxctl enable >$R/u1_enable.out 2>&1; echo $? >$R/u1_enable.rc
+kstate >$R/u1_after_enable.txt
+runuser -u u1 -- scxctl disable >$R/u1_disable.out 2>&1; echo $? >$R/u1_disable.rc
+kstate >$R/u1_after_disable.txt
+id tester >$R/tester_id.txt
+runuser -u tester -- scxctl enable >$R/tester_enable.out 2>&1; echo $? >$R/tester_enable.rc
+kstate >$R/tester_after_enable.txt
+
+# left enabled for the reboot
+scxctl enable >$R/reboot_enable.out 2>&1; echo $? >$R/reboot_enable.rc
+kstate >$R/before_reboot.txt
+cp /var/lib/scxctl/state.json $R/state_before_reboot.json 2>&1
+echo done >$R/first_done
+exit 0  # whatever failed is in /results: the second boot runs in any case
+"""
+
+SECOND = r"""
+cat /proc/sys/kernel/random/boot_id >$R/boot_id.2
+wait_kstate "enabled pyland" 300 >$R/restore_wait.txt
+kstate >$R/after_reboot.txt
+systemctl is-active scxctl.service >$R/after_reboot_active.txt 2>&1
+scxctl status --json >$R/status_after_reboot.json 2>&1
+scx_procs >$R/procs_after_reboot.txt
+pid=$(pyland_pid)
+cat /proc/${pid:-0}/cgroup >$R/after_reboot_cgroup.txt 2>&1
+journalctl -b -u scxctl.service -o cat --no-pager >$R/journal_after_reboot.txt 2>&1
+
+# an upgrade (here: the same .deb again) over a corrupt config keeps the file; the daemon reports it
+mkdir -p /etc/scxctl
+printf 'this is = not [toml\n' >/etc/scxctl/config.toml
+sha256sum /etc/scxctl/config.toml >$R/config_before.sha
+apt-get install -y --reinstall -o Dpkg::Options::=--force-confold "./$DEB" >$R/reinstall.out 2>&1
+echo $? >$R/reinstall.rc
+sha256sum /etc/scxctl/config.toml >$R/config_after.sha
+for _ in $(seq 1 300); do scxctl status --json >$R/status_bad_config.json 2>&1 && break; sleep 0.2; done
+sleep 2  # a scheduler it (wrongly) restored would show up by now
+scxctl status --json >$R/status_bad_config.json 2>&1; echo $? >$R/status_bad_config.rc
+scxctl status >$R/status_bad_config.txt 2>&1
+kstate >$R/bad_config_kstate.txt
+scx_procs >$R/procs_bad_config.txt
+journalctl -u scxctl.service -o cat --no-pager >$R/journal_bad_config.txt 2>&1
+
+# remove with pyland running, then purge
+rm -f /etc/scxctl/config.toml
+systemctl restart scxctl.service
+scxctl enable >$R/remove_enable.out 2>&1; echo $? >$R/remove_enable.rc
+kstate >$R/before_remove.txt
+apt-get remove -y scxctl >$R/remove.out 2>&1; echo $? >$R/remove.rc
+kstate >$R/after_remove.txt
+scx_procs >$R/procs_after_remove.txt
+apt-get purge -y scxctl >$R/purge.out 2>&1; echo $? >$R/purge.rc
+dpkg -L scxctl >$R/dpkg_L.txt 2>&1; echo $? >$R/dpkg_L.rc
+for d in /etc/scxctl /var/lib/scxctl /var/log/scxctl /run/scxctl /usr/lib/systemd/system/scxctl.service \
+        /etc/systemd/system/multi-user.target.wants/scxctl.service /usr/bin/scxctl /usr/lib/scxctl; do
+    [ -e "$d" ] && echo "$d"
+done >$R/left_after_purge.txt
+echo done >$R/second_done
+"""
+
+
+def find_deb(out: Path) -> Path:
+    """$SCXCTL_DEB, else the .deb built now from this working tree into `out`."""
+    if os.environ.get(DEB_ENV):
+        return Path(os.environ[DEB_ENV])
+    from tools.deb import build, chroot
+
+    with chroot.lock():
+        layers, _, _ = chroot.prepare()
+        return build.build(layers, out).deb
+
+
+@pytest.fixture(scope="module")
+def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if os.geteuid() != 0:
+        pytest.skip("building the package and the guest's apt repository needs root (debootstrap, chroot)")
+    deb = find_deb(tmp_path_factory.mktemp("deb"))
+    if not deb.is_file():
+        pytest.fail(f"${DEB_ENV} names no file: {deb}")
+    try:
+        image.current(image.INSTALLED) or image.build(flavour=image.INSTALLED)
+        repository = repo.build(deb)
+    except repo.Unresolvable as exc:  # a Depends trixie cannot satisfy: a finding, not a reason to skip
+        pytest.fail(f"{deb.name}: {exc.message}")
+    except VMError as exc:  # as the `vm` fixture: no image or no archive here is a reason to skip
+        pytest.skip(f"no installed-flavour image or apt repository, and making them failed: {exc.message}")
+    tmp = tmp_path_factory.mktemp("deb-vm")
+    first, second = tmp / "first.sh", tmp / "second.sh"
+    first.write_text(PRELUDE + FIRST.replace("__SOURCES__", repo.SOURCES_LINE))
+    second.write_text(PRELUDE + SECOND)
+    res = vm.run(
+        "bash /root/first.sh", then="bash /root/second.sh", flavour="installed", systemd=True, timeout=1500,
+        copy=[(str(deb), f"/root/{deb.name}"), (str(repository), repo.GUEST_DIR),
+              (str(first), "/root/first.sh"), (str(second), "/root/second.sh")],
+        tcg_single=True,  # several enable/disable cycles: see tools.vm.qemu.accel_args
+    )  # fmt: skip
+    (res.results / "guest_output.txt").write_text(res.output)
+    print(f"\n.deb VM run ({deb.name}): rc={res.returncode} wall={res.wall_s:.1f}s boot={res.boot_s}s "
+          f"second boot={res.second_boot_s}s results={res.results}")  # fmt: skip
+    assert (res.results / "first_done").exists(), (
+        f"first boot did not finish (rc {res.returncode}): {res.message}\n{res.output[-3000:]}"
+    )
+    assert (res.results / "second_done").exists(), (
+        f"second boot did not finish (rc {res.returncode}): {res.message}\n{res.output[-3000:]}"
+    )
+    return res.results
+
+
+def _r(results: Path, name: str) -> str:
+    return read(results, name).strip()
+
+
+def _json(results: Path, name: str) -> dict[str, Any]:
+    text = read(results, name)
+    try:
+        return json.loads(text)
+    except ValueError:
+        pytest.fail(f"{name} is not JSON: {text[-1500:]}")
+
+
+def _scx_procs(results: Path, name: str) -> list[str]:
+    return [line for line in read(results, name).splitlines() if line.strip()]
+
+
+def test_install_from_the_local_repository_and_time_to_enabled(guest: Path) -> None:
+    assert _r(guest, "apt_update.rc") == "0", _r(guest, "apt_update.out")
+    assert _r(guest, "python_before.txt") == "none"  # the image has no python3: the package brought it
+    assert _r(guest, "install.rc") == "0", _r(guest, "install.out")[-3000:]
+    assert _r(guest, "after_enable.txt") == "enabled pyland", _r(guest, "enable.out")
+    t0, t1, t2 = (float(x) for x in _r(guest, "times.txt").split())
+    install_s, enabled_s = t1 - t0, t2 - t0
+    timing = {"install_s": round(install_s, 2), "install_to_enabled_s": round(enabled_s, 2)}
+    (guest / "timing.json").write_text(json.dumps(timing) + "\n")
+    print(f"\napt-get install (closure from the local repo): {install_s:.1f} s; install start -> "
+          f"`scxctl enable` returned with state enabled: {enabled_s:.1f} s (TCG guest)")  # fmt: skip
+
+
+def test_unit_is_active_after_install_and_verifies_clean(guest: Path) -> None:
+    assert _r(guest, "is_active.txt") == "active", _r(guest, "unit_show.txt")
+    assert "FragmentPath=/usr/lib/systemd/system/scxctl.service" in _r(guest, "unit_show.txt")
+    verify = _r(guest, "verify.txt")
+    assert "scxctl.service" not in verify, verify
+
+
+def test_enable_runs_pyland_in_the_unit_and_status_tells_the_truth(guest: Path) -> None:
+    assert _r(guest, "enable.rc") == "0", _r(guest, "enable.out")
+    assert _r(guest, "status_enabled.rc") == "0", _r(guest, "status_enabled.err")
+    pid = _r(guest, "pyland_pid.txt")
+    assert pid != "none", _r(guest, "procs_enabled.txt")
+    cgroup = _r(guest, "pyland_cgroup.txt")
+    assert cgroup.splitlines()[-1].endswith(UNIT_CGROUP), cgroup
+    st = _json(guest, "status_enabled.json")
+    before, after = _r(guest, "kstate_before_status.txt"), _r(guest, "kstate_after_status.txt")
+    assert before == after == "enabled pyland"
+    assert (st["kernel"]["state"], st["kernel"]["ops"]) == tuple(before.split())
+    assert st["kernel"]["owner"] == "scxctl" and str(st["supervisor"]["pid"]) == pid
+
+
+def test_disable_returns_to_the_default_scheduler(guest: Path) -> None:
+    assert _r(guest, "disable.rc") == "0", _r(guest, "disable.out")
+    assert _r(guest, "after_disable.txt") == "disabled -"
+    st = _json(guest, "status_disabled.json")
+    assert st["kernel"]["state"] == "disabled" and st["kernel"]["owner"] is None
+    assert not [p for p in _scx_procs(guest, "procs_disabled.txt") if " run pyland" in p]
+
+
+def test_enable_fails_with_exit_6_when_the_unit_cannot_start(guest: Path) -> None:
+    out = _r(guest, "broken_enable.out")
+    assert _r(guest, "broken_enable.rc") == "6", out
+    errors = [line for line in out.splitlines() if line.startswith("scxctl: error:")]
+    assert len(errors) == 1 and "scxctl.service is installed but did not start" in errors[0], out
+    assert any(line.startswith("scxctl: hint:") and "journalctl -u scxctl.service" in line
+               for line in out.splitlines()), out  # fmt: skip
+    assert _scx_procs(guest, "broken_procs.txt") == []  # no daemon of its own beside the failed unit
+    assert _r(guest, "broken_kstate.txt") == "disabled -"
+    assert _r(guest, "unit_restart.rc") == "0"
+
+
+def test_scxctl_group_member_may_enable_and_disable_others_may_not(guest: Path) -> None:
+    assert _r(guest, "group.rc") == "0", "the package did not create the scxctl group"
+    assert _r(guest, "useradd.rc") == "0", _r(guest, "useradd.out")
+    assert _r(guest, "u1_enable.rc") == "0", _r(guest, "u1_enable.out")
+    assert _r(guest, "u1_after_enable.txt") == "enabled pyland"
+    assert _r(guest, "u1_disable.rc") == "0", _r(guest, "u1_disable.out")
+    assert _r(guest, "u1_after_disable.txt") == "disabled -"
+    assert "scxctl" not in _r(guest, "tester_id.txt")
+    assert _r(guest, "tester_enable.rc") == "3", _r(guest, "tester_enable.out")
+    assert _r(guest, "tester_after_enable.txt") == "disabled -"
+
+
+def test_enabled_scheduler_is_restored_after_a_reboot(guest: Path) -> None:
+    assert _r(guest, "reboot_enable.rc") == "0", _r(guest, "reboot_enable.out")
+    assert _r(guest, "before_reboot.txt") == "enabled pyland"
+    assert _r(guest, "boot_id.1") != _r(guest, "boot_id.2")  # a real second boot of the same disk
+    waited = _r(guest, "restore_wait.txt")
+    assert waited != "timeout", _r(guest, "journal_after_reboot.txt")[-3000:]
+    assert _r(guest, "after_reboot.txt") == "enabled pyland"
+    assert _r(guest, "after_reboot_active.txt") == "active"
+    assert _r(guest, "after_reboot_cgroup.txt").splitlines()[-1].endswith(UNIT_CGROUP)
+    st = _json(guest, "status_after_reboot.json")
+    assert st["kernel"]["owner"] == "scxctl" and st["desired"]["enabled"] is True
+    assert '"event": "restored"' in _r(guest, "journal_after_reboot.txt")
+    print(f"\nafter the reboot, pyland was enabled again within {waited} s of the test script's start")
+
+
+def test_upgrade_keeps_a_corrupt_config_and_the_daemon_runs_no_scheduler(guest: Path) -> None:
+    assert _r(guest, "reinstall.rc") == "0", _r(guest, "reinstall.out")[-3000:]
+    assert _r(guest, "config_before.sha") == _r(guest, "config_after.sha")
+    assert _r(guest, "status_bad_config.rc") == "0", _r(guest, "status_bad_config.json")
+    st = _json(guest, "status_bad_config.json")
+    assert st["daemon"]["config_error"], st["daemon"]
+    assert '"event": "config_invalid"' in _r(guest, "journal_bad_config.txt")
+    assert _r(guest, "bad_config_kstate.txt") == "disabled -"
+    assert not [p for p in _scx_procs(guest, "procs_bad_config.txt") if " run pyland" in p]
+
+
+def test_remove_with_pyland_running_stops_everything(guest: Path) -> None:
+    assert _r(guest, "before_remove.txt") == "enabled pyland", _r(guest, "remove_enable.out")
+    assert _r(guest, "remove.rc") == "0", _r(guest, "remove.out")[-3000:]
+    assert _r(guest, "after_remove.txt") == "disabled -"
+    assert _scx_procs(guest, "procs_after_remove.txt") == []
+
+
+def test_purge_leaves_nothing_of_the_package(guest: Path) -> None:
+    assert _r(guest, "purge.rc") == "0", _r(guest, "purge.out")[-3000:]
+    assert _r(guest, "dpkg_L.rc") != "0", _r(guest, "dpkg_L.txt")
+    assert _r(guest, "left_after_purge.txt") == ""

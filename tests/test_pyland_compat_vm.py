@@ -1,0 +1,122 @@
+"""pyland on the Debian 7.2 kernels whose BTF lost some kfuncs' `_impl` entries (QEMU guests).
+
+Those kfuncs cannot be called on those kernels at all (bpf/compat.h says why). Each guest forces one
+of pyland's paths for that: 7.2.11 and 7.2.6 run without the facilities they lack (three fallbacks
+between them, each proven by the `compat_missing` bits ops.init sets and by the one warning line),
+7.2.12 lacks what pyland cannot do without, and `scxctl run` and `scxctl doctor` must then say the
+same thing. The archive drops a kernel once its series moves on; such a kernel is skipped by name.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from guest_files import SCENARIO_PRELUDE, json_lines, read
+
+from scxctl.pyland.records import COMPAT_MISSING
+from tools.vm import kernel
+from tools.vm.codes import VMError
+
+pytestmark = pytest.mark.vm
+
+SCENARIO = SCENARIO_PRELUDE + r"""
+uname -r >"$R/uname.txt"
+scxctl doctor --json >"$R/doctor.json" 2>"$R/doctor.err"; echo $? >"$R/doctor.rc"
+scxctl --log-format json run --stats-interval 2 >"$R/run.log" 2>&1 &
+pid=$!
+if wait_state enabled 90; then
+    echo 0 >"$R/attach.rc"
+    stress-ng --cpu 2 --fork 1 --futex 1 --sleep 1 --timeout 8s >/dev/null 2>&1
+    sleep 2.5
+    echo "state=$(state) ops=$(ops)" >"$R/after_stress.txt"
+    kill -TERM $pid
+fi
+wait $pid; echo $? >"$R/run.rc"
+exit 0
+"""
+
+NO_SELECT_CPU_DFL, NO_PICK_IDLE_CPU, NO_DISPATCH_SLOTS = 1, 2, 4
+
+
+def _boot(vm: Any, tmp_path_factory: pytest.TempPathFactory, version: str) -> tuple[Path, str]:
+    try:
+        release = kernel.prepare(version).release
+    except VMError as exc:
+        if "found in" not in exc.message:
+            raise
+        pytest.skip(f"kernel {version} is no longer installable from the archive: {exc.message}")
+    script = tmp_path_factory.mktemp("compat") / "scenario.sh"
+    script.write_text(SCENARIO)
+    res = vm.run("bash /tmp/compat.sh", timeout=600, copy=[(str(script), "/tmp/compat.sh")], kernel=version)
+    assert res.returncode == 0, f"guest run failed ({res.message}): {res.output[-3000:]}"
+    assert read(res.results, "uname.txt").strip() == release
+    return res.results, release
+
+
+@pytest.fixture(scope="module")
+def k7211(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    return _boot(vm, tmp_path_factory, "7.2.11")
+
+
+@pytest.fixture(scope="module")
+def k726(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    return _boot(vm, tmp_path_factory, "7.2.6")
+
+
+@pytest.fixture(scope="module")
+def k7212(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    return _boot(vm, tmp_path_factory, "7.2.12")
+
+
+def _doctor_check(results: Path, cid: str) -> dict[str, Any]:
+    doc = json.loads(read(results, "doctor.json"))
+    return next(c for c in doc["checks"] if c["id"] == cid)
+
+
+def _runs_without(results: Path, release: str, bits: int) -> None:
+    log = read(results, "run.log")
+    assert read(results, "attach.rc").strip() == "0", log[-2000:]
+    assert read(results, "after_stress.txt").startswith("state=enabled ops=pyland"), log[-2000:]
+    assert read(results, "run.rc").strip() == "0", log[-2000:]
+    events = json_lines(log)
+    stats = [e for e in events if e.get("event") == "pyland stats"]
+    assert stats and all(s["compat_missing"] == bits for s in stats)
+    assert stats[-1]["nr_dispatched"] > 0
+    warned = [e for e in events if e.get("event", "").startswith("this kernel cannot give pyland")]
+    assert len(warned) == 1  # said once
+    assert warned[0]["kernel"] == release
+    assert warned[0]["missing"] == [what for bit, what in COMPAT_MISSING.items() if bits & bit]
+    obj = _doctor_check(results, "bpf.object")
+    assert obj["status"] == "ok" and obj["details"]["load"]["ok"] is True, obj
+
+
+def test_7_2_11_runs_without_idle_selection_and_dispatch_slots(k7211: tuple[Path, str]) -> None:
+    _runs_without(*k7211, NO_SELECT_CPU_DFL | NO_DISPATCH_SLOTS)
+    # without scx_bpf_select_cpu_dfl no wake-up is dispatched to an idle CPU from select_cpu
+    stats = [e for e in json_lines(read(k7211[0], "run.log")) if e.get("event") == "pyland stats"]
+    assert stats[-1]["nr_direct"] == 0
+
+
+def test_7_2_6_runs_without_pick_idle_cpu(k726: tuple[Path, str]) -> None:
+    _runs_without(*k726, NO_PICK_IDLE_CPU)
+
+
+def test_7_2_12_is_refused_by_run_and_doctor_alike(k7212: tuple[Path, str]) -> None:
+    results, release = k7212
+    log = read(results, "run.log")
+    assert read(results, "run.rc").strip() == "4", log[-2000:]
+    errors = [ln for ln in log.splitlines() if ln.startswith("scxctl: error: ")]
+    assert len(errors) == 1 and "this kernel cannot call the kfunc scx_bpf_" in errors[0], log[-2000:]
+    assert "Traceback" not in log
+    obj = _doctor_check(results, "bpf.object")
+    assert obj["status"] == "fail"
+    assert obj["details"]["load"]["ok"] is False and obj["details"]["load"]["exit_code"] == 4
+    # doctor's finding carries exactly what `scxctl run` printed
+    assert errors[0].removeprefix("scxctl: error: ") in obj["finding"]
+    assert release in obj["finding"]
+    assert read(results, "doctor.rc").strip() == "1"
+    verdict = _doctor_check(results, "verdict")
+    assert verdict["details"]["can_run_pyland"] is False
