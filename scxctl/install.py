@@ -17,7 +17,7 @@ PACKAGE_SITE = Path("/usr/lib/python3/dist-packages")
 PACKAGE_EXECUTABLE = Path("/usr/bin/scxctl")
 UNIT = "scxctl.service"
 # systemd's search order for system units: an admin's copy in /etc wins over the package's
-UNIT_DIRS = ("/etc/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
+UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
 
 
 @dataclass(frozen=True)
@@ -48,10 +48,13 @@ def current(code: Path | None = None) -> Install:
 
 
 def exec_start(unit_text: str) -> Path | None:
-    """The executable of a unit's (last) ExecStart=, without systemd's prefix characters."""
+    """The executable of the unit's ExecStart= as systemd resolves it, without its prefix characters.
+
+    `unit_text` is the unit followed by its drop-ins in the order systemd reads them; an empty
+    `ExecStart=` (how a drop-in replaces the command) clears what came before."""
     exe = None
     for line in unit_text.splitlines():
         key, sep, value = line.strip().partition("=")
-        if sep and key.strip() == "ExecStart" and value.strip():
-            exe = Path(value.split()[0].lstrip("@-:+!"))
+        if sep and key.strip() == "ExecStart":
+            exe = Path(value.split()[0].lstrip("@-:+!")) if value.strip() else None
     return exe

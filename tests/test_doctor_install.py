@@ -99,3 +99,15 @@ def test_exec_start_parsing() -> None:
     assert install.exec_start("ExecStart=/usr/bin/scxctl daemon\n") == Path("/usr/bin/scxctl")
     assert install.exec_start("[Service]\nExecStart=\nExecStart=!/x/scxctl d\n") == Path("/x/scxctl")
     assert install.exec_start("[Service]\nType=simple\n") is None
+
+
+def test_a_drop_in_replaces_exec_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _as(monkeypatch, "package", "/usr/bin/scxctl")
+    ctx = _ctx(tmp_path, "/usr/lib/systemd/system", "/usr/bin/scxctl", present=True)
+    d = tmp_path / "etc/systemd/system/scxctl.service.d"
+    d.mkdir(parents=True)
+    (d / "10-false.conf").write_text("[Service]\nExecStart=\nExecStart=/nonexistent/scxctl daemon\n")
+    r = install_check(ctx)
+    assert r.details["unit_exec"] == "/nonexistent/scxctl" and r.status is Status.FAIL
+    (d / "20-back.conf").write_text("[Service]\nExecStart=\nExecStart=/usr/bin/scxctl daemon\n")
+    assert install_check(ctx).status is Status.OK

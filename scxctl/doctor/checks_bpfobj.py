@@ -94,14 +94,14 @@ def bpf_object(ctx: DoctorContext) -> CheckResult:
 
     others = v.conflicting
     built = f", built {c.info.built_at}" if c.info else ""
-    state = "matches the bpf/ sources" if v.fresh else "no bpf/ sources here to compare with"
+    state = ", which matches the bpf/ sources" if v.fresh else " (no bpf/ sources here to compare it with)"
     if others:
         listed = "; ".join(f"{o.path} ({o.origin}, hash {_short(o.info.source_hash if o.info else None)})"
                            for o in others)
-        status, finding = Status.WARN, f"using {where}, which {state}; other objects differ: {listed}"
+        status, finding = Status.WARN, f"using {where}{state}; other objects differ: {listed}"
         hint: str | None = "remove or rebuild the other objects so only one pyland.bpf.o can be picked up"
     else:
-        status, finding, hint = Status.OK, f"using {where}, which {state}{built}", None
+        status, finding, hint = Status.OK, f"using {where}{state}{built}", None
 
     skip = _why_not_load(ctx)
     if skip is not None:

@@ -14,12 +14,25 @@ from scxctl.doctor.model import CheckResult, DoctorContext, Status, check, resul
 CID = "install"
 
 
+def _dropins(ctx: DoctorContext) -> str:
+    """The unit's drop-ins (`scxctl.service.d/*.conf`) in systemd's order: by file name, the first
+    directory in UNIT_DIRS winning for a name found in several."""
+    found: dict[str, str] = {}
+    for d in install.UNIT_DIRS:
+        dirname = f"{d}/{install.UNIT}.d"
+        if not ctx.sysroot.is_dir(dirname):
+            continue
+        for conf in sorted(ctx.sysroot.path(dirname).glob("*.conf")):
+            found.setdefault(conf.name, ctx.sysroot.read_optional(f"{dirname}/{conf.name}") or "")
+    return "\n".join(found[name] for name in sorted(found))
+
+
 def _unit(ctx: DoctorContext) -> tuple[str, str] | None:
-    """(path, text) of the unit systemd would use, or None when none is installed."""
+    """(path, text with drop-ins) of the unit systemd would use, or None when none is installed."""
     for d in install.UNIT_DIRS:
         text = ctx.sysroot.read_optional(f"{d}/{install.UNIT}")
         if text is not None:
-            return f"{d}/{install.UNIT}", text
+            return f"{d}/{install.UNIT}", text + "\n" + _dropins(ctx)
     return None
 
 
