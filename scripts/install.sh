@@ -54,7 +54,8 @@ log "building the BPF objects (make -C bpf)"
 make -C bpf PYTHON="$PWD/.venv/bin/python"
 
 # The sched_ext tests run in a QEMU guest (tools/vm): fetch its kernels and build its root image once.
-# All are cached under .cache/vm (or $SCXCTL_VM_CACHE) and reused when nothing changed. pyland's
+# All are cached under /var/cache/scxctl-dev/vm (or $SCXCTL_VM_CACHE), shared by every clone on this
+# machine, and reused when nothing changed. pyland's
 # scenario runs on the newest and on the oldest sched_ext kernel the archive still has.
 log "preparing the VM guest kernels (tools/vm kernel: newest, oldest)"
 .venv/bin/python -m tools.vm kernel

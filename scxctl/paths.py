@@ -75,9 +75,23 @@ def source_root() -> Path | None:
     return root if (root / "bpf").is_dir() and (root / "pyproject.toml").is_file() else None
 
 
+DEV_CACHE = Path("/var/cache/scxctl-dev")
+
+
+def dev_cache_dir(kind: str, checkout: Path) -> Path:
+    """Cache of a development tool (`vm`: guest kernels and images; `deb`: the package chroot).
+
+    $SCXCTL_VM_CACHE / $SCXCTL_DEB_CACHE override. As root, one machine-wide directory: every clone
+    (CI's fresh one included) reuses what another downloaded and built, each entry keyed by its own
+    recipe; otherwise `.cache/<kind>` in the checkout, since only root can build those caches anyway.
+    """
+    default = DEV_CACHE / kind if os.geteuid() == 0 else checkout / ".cache" / kind
+    return _env_path(f"SCXCTL_{kind.upper()}_CACHE", default)
+
+
 def vm_cache_dir(checkout: Path) -> Path:
-    """Cache of the VM test harness (guest kernel, base image) in `checkout`; SCXCTL_VM_CACHE overrides."""
-    return _env_path("SCXCTL_VM_CACHE", checkout / ".cache" / "vm")
+    """Cache of the VM test harness (guest kernels, base images, runs)."""
+    return dev_cache_dir("vm", checkout)
 
 
 PYLAND_OBJECT_ENV = "SCXCTL_BPF_OBJECT"

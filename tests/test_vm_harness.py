@@ -407,8 +407,11 @@ def test_stale_run_dirs_of_dead_harnesses_are_reaped(tmp_path: Path) -> None:
     assert live.exists() and kept.exists()
 
 
-def test_cache_dir_defaults_into_the_checkout_and_env_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cache_dir_is_machine_wide_for_root_and_env_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SCXCTL_VM_CACHE", raising=False)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert config.cache_dir() == Path("/var/cache/scxctl-dev/vm")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert config.cache_dir() == CHECKOUT / ".cache" / "vm"
     monkeypatch.setenv("SCXCTL_VM_CACHE", "/srv/vmcache")
     assert config.cache_dir() == Path("/srv/vmcache")

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from scxctl import paths
 from scxctl.errors import ExitCode, ScxctlError
 from scxctl.fsutil import atomic_write_text
 from scxctl.log import get_logger
@@ -65,9 +66,8 @@ class DebError(ScxctlError):
 
 
 def cache_dir() -> Path:
-    """`.cache/deb/` in the checkout, or $SCXCTL_DEB_CACHE."""
-    value = os.environ.get("SCXCTL_DEB_CACHE")
-    return Path(value) if value else CHECKOUT / ".cache" / "deb"
+    """The package chroot's cache (scxctl.paths.dev_cache_dir: machine-wide as root, $SCXCTL_DEB_CACHE)."""
+    return paths.dev_cache_dir("deb", CHECKOUT)
 
 
 def build_depends(control_text: str) -> str:

@@ -19,7 +19,7 @@ CHECKOUT = Path(__file__).resolve().parents[2]  # the working tree whose code go
 
 
 def cache_dir() -> Path:
-    """`.cache/vm/` in the checkout, or $SCXCTL_VM_CACHE."""
+    """scxctl.paths.vm_cache_dir: machine-wide as root, else `.cache/vm/` in the checkout."""
     return paths.vm_cache_dir(CHECKOUT)
 
 
