@@ -1,10 +1,13 @@
-"""Atomic file writes: whatever is persisted is either the old or the new content, never a mix."""
+"""Atomic file writes (whatever is persisted is either the old or the new content, never a mix) and
+the one cross-process file lock."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -45,3 +48,16 @@ def read_if_exists(path: Path) -> bytes | None:
         return None
     except OSError as exc:
         raise OSError(exc.errno, f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `path` (created with its parents) for the block: serialises
+    processes that build or use one cache entry."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -58,3 +58,14 @@ def test_read_if_exists_distinguishes_missing_from_unreadable(tmp_path: Path) ->
     with pytest.raises(OSError) as exc:
         fsutil.read_if_exists(tmp_path)  # a directory: IsADirectoryError, not "missing"
     assert exc.value.strerror.startswith(f"{tmp_path}: cannot read: ")
+
+
+def test_locked_excludes_another_holder_until_released(tmp_path: Path) -> None:
+    import fcntl
+
+    path = tmp_path / "sub" / ".lock"
+    # another open file description cannot take it while the block runs
+    with fsutil.locked(path), open(path, "a") as other, pytest.raises(BlockingIOError):
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with open(path, "a") as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when the block ended

@@ -14,7 +14,6 @@ installed .deb or test ever changes a cached layer.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -27,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from scxctl import paths
+from scxctl import fsutil, paths
 from scxctl.errors import ExitCode, ScxctlError
 from scxctl.fsutil import atomic_write_text
 from scxctl.log import get_logger
@@ -126,14 +125,8 @@ def _complete(path: Path) -> bool:
 @contextlib.contextmanager
 def lock() -> Iterator[None]:
     """One build at a time per cache: layers and sessions share its directories."""
-    path = cache_dir() / ".lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with fsutil.locked(cache_dir() / ".lock"):
+        yield
 
 
 def run_logged(argv: list[str], what: str, log_name: str, check: bool = True) -> tuple[int, str]:

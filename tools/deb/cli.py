@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import logging
 import tempfile
 import time
 from pathlib import Path
@@ -11,10 +10,9 @@ from typing import Annotated
 
 import typer
 
-from scxctl import log as logsetup
 from scxctl.cli import run_app
 from scxctl.errors import ScxctlError
-from scxctl.ui import report_error
+from tools import clikit
 from tools.deb import build, chroot
 
 PROG = "tools.deb"
@@ -30,15 +28,12 @@ app = typer.Typer(
 
 
 def _fail(exc: ScxctlError) -> typer.Exit:
-    report_error(exc, PROG)
-    return typer.Exit(int(exc.code))
+    return clikit.fail(exc, PROG)
 
 
 @app.callback()
-def _global(
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and errors on stderr.")] = False,
-) -> None:
-    logsetup.configure("auto", logging.WARNING if quiet else logging.INFO)
+def _global(quiet: clikit.QuietOption = False) -> None:
+    clikit.configure_logging(quiet)
 
 
 def _say(line: str) -> None:

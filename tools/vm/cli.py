@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import shlex
 import sys
 import tempfile
@@ -11,9 +10,9 @@ from typing import Annotated
 
 import typer
 
-from scxctl import log as logsetup
 from scxctl.cli import run_app
 from scxctl.ui import report_error
+from tools import clikit
 from tools.vm import accel, image, kernel, matrix, qemu, repo, runner
 from tools.vm.codes import HarnessCode, VMError
 from tools.vm.rundisk import Copy
@@ -32,15 +31,12 @@ PROG = "tools.vm"
 
 
 def _fail(exc: VMError) -> typer.Exit:
-    report_error(exc, PROG)
-    return typer.Exit(int(exc.code))
+    return clikit.fail(exc, PROG)
 
 
 @app.callback()
-def _global(
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and errors on stderr.")] = False,
-) -> None:
-    logsetup.configure("auto", logging.WARNING if quiet else logging.INFO)
+def _global(quiet: clikit.QuietOption = False) -> None:
+    clikit.configure_logging(quiet)
 
 
 VERSION_HELP = ("newest, oldest (with sched_ext), a series (6.16: its newest) or one kernel (6.16.12); "

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 from collections.abc import Iterator
 from pathlib import Path
 
-from scxctl import paths
+from scxctl import fsutil, paths
 
 MIRROR = "http://deb.debian.org/debian"
 SUITE = "trixie"
@@ -26,11 +25,5 @@ def cache_dir() -> Path:
 @contextlib.contextmanager
 def cache_lock(name: str) -> Iterator[None]:
     """Serialise builds of one cache entry between processes (parallel test runs share the cache)."""
-    path = cache_dir() / f".{name}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with fsutil.locked(cache_dir() / f".{name}.lock"):
+        yield

@@ -33,28 +33,6 @@ from tools.vm.codes import VMError
 
 log = get_logger("tools.vm.image")
 
-PACKAGES = (
-    "python3",
-    "systemd",
-    "systemd-sysv",
-    "dbus",
-    "libbpf1",
-    "bpftool",
-    "python3-typer",
-    "python3-structlog",
-    "python3-platformdirs",
-    "python3-rich",
-    "python3-bpfcc",
-    "python3-pytest",
-    "stress-ng",
-    "procps",
-    "util-linux",
-    "iproute2",
-    "kmod",
-    "sudo",
-    "passwd",
-)
-
 # The installed flavour: what the package tests need besides the package (stress-ng loads the
 # scheduler, sudo/passwd for the group checks), nothing that scxctl.deb should bring itself.
 INSTALLED_PACKAGES = (
@@ -68,6 +46,19 @@ INSTALLED_PACKAGES = (
     "kmod",
     "sudo",
     "passwd",
+)
+# The development flavour adds scxctl's dependencies and the tools the tests use on the working tree.
+PACKAGES = (
+    *INSTALLED_PACKAGES,
+    "python3",
+    "libbpf1",
+    "bpftool",
+    "python3-typer",
+    "python3-structlog",
+    "python3-platformdirs",
+    "python3-rich",
+    "python3-bpfcc",
+    "python3-pytest",
 )
 
 DEFAULT = "default"
