@@ -188,7 +188,8 @@ def find_deb(out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def package(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(the .deb, the local apt repository of its Depends closure), for the guests below."""
     if os.geteuid() != 0:
         pytest.skip("building the package and the guest's apt repository needs root (debootstrap, chroot)")
     deb = find_deb(tmp_path_factory.mktemp("deb"))
@@ -201,6 +202,12 @@ def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.fail(f"{deb.name}: {exc.message}")
     except VMError as exc:  # as the `vm` fixture: no image or no archive here is a reason to skip
         pytest.skip(f"no installed-flavour image or apt repository, and making them failed: {exc.message}")
+    return deb, repository
+
+
+@pytest.fixture(scope="module")
+def guest(vm: Any, package: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    deb, repository = package
     tmp = tmp_path_factory.mktemp("deb-vm")
     first, second = tmp / "first.sh", tmp / "second.sh"
     first.write_text(PRELUDE + FIRST.replace("__SOURCES__", repo.SOURCES_LINE))
@@ -342,3 +349,45 @@ def test_purge_leaves_nothing_of_the_package(guest: Path) -> None:
     assert _r(guest, "purge.rc") == "0", _r(guest, "purge.out")[-3000:]
     assert _r(guest, "dpkg_L.rc") != "0", _r(guest, "dpkg_L.txt")
     assert _r(guest, "left_after_purge.txt") == ""
+
+
+# The package on the oldest sched_ext kernel the archive still has (the tests above boot the newest):
+# one boot, install, enable, and what the kernel then runs.
+OLDEST = r"""
+echo "__SOURCES__" >/etc/apt/sources.list.d/local.list
+apt-get update >$R/apt_update.out 2>&1
+uname -r >$R/uname.txt
+apt-get install -y "./$DEB" >$R/install.out 2>&1; echo $? >$R/install.rc
+scxctl enable >$R/enable.out 2>&1; echo $? >$R/enable.rc
+wait_kstate "enabled pyland" 60 >$R/enabled_after.txt
+kstate >$R/after_enable.txt
+scx_procs >$R/procs.txt
+scxctl disable >$R/disable.out 2>&1; echo $? >$R/disable.rc
+wait_kstate "disabled -" 30 >/dev/null
+kstate >$R/after_disable.txt
+"""
+
+
+@pytest.fixture(scope="module")
+def oldest_guest(vm: Any, package: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tools.vm import kernel
+
+    deb, repository = package
+    script = tmp_path_factory.mktemp("deb-oldest") / "oldest.sh"
+    script.write_text(PRELUDE + OLDEST.replace("__SOURCES__", repo.SOURCES_LINE))
+    res = vm.run("bash /root/oldest.sh", flavour="installed", systemd=True, timeout=900, kernel="oldest",
+                 copy=[(str(deb), f"/root/{deb.name}"), (str(repository), repo.GUEST_DIR),
+                       (str(script), "/root/oldest.sh")])
+    assert res.returncode == 0, f"guest run failed ({res.message}): {res.output[-3000:]}"
+    assert _r(res.results, "uname.txt") == kernel.prepare("oldest").release
+    return res.results
+
+
+def test_the_package_runs_pyland_on_the_oldest_kernel(oldest_guest: Path) -> None:
+    assert _r(oldest_guest, "install.rc") == "0", _r(oldest_guest, "install.out")[-3000:]
+    assert _r(oldest_guest, "enable.rc") == "0", _r(oldest_guest, "enable.out")
+    assert _r(oldest_guest, "after_enable.txt") == "enabled pyland", _r(oldest_guest, "enable.out")
+    pyland = [p for p in _scx_procs(oldest_guest, "procs.txt") if " run pyland" in p]
+    assert len(pyland) == 1 and UNIT_CGROUP in pyland[0], pyland
+    assert _r(oldest_guest, "disable.rc") == "0", _r(oldest_guest, "disable.out")
+    assert _r(oldest_guest, "after_disable.txt") == "disabled -"
