@@ -14,7 +14,7 @@
  *   6.19  scx_bpf_dsq_insert___v2 (returns bool), __scx_bpf_dsq_insert_vtime(p, args),
  *         scx_bpf_task_set_slice()
  *   7.1   scx_bpf_dsq_move_to_local___v2(dsq_id, enq_flags)
- *   7.2   implicit `struct bpf_prog_aux *` arguments (see PYL_AUX below)
+ *   7.2   implicit `struct bpf_prog_aux *` arguments (see below)
  *   7.3   scx_bpf_cpu_rq() removed: never referenced here.
  * A name the kernel itself spells with `___v2` needs a second suffix (`___v2___pyl`) because libbpf
  * strips only the last one.
@@ -59,42 +59,43 @@ void bpf_rcu_read_unlock(void) __ksym;
  * programs call it, and bpf_ksym_exists() tells whether this kernel offers it that way.
  *
  * Where it does not, the verifier cannot call it either: it looks for `NAME_impl` ("cannot find
- * function NAME_impl in BTF"). What pyland can do without has a fallback below (enum
- * pyland_compat in pyland.h). What it cannot (creating DSQs, kicking CPUs, ...) is also declared
- * as `___aux`, with the argument, and called when `___pyl` is missing, so that the load fails with
- * the verifier's message naming the missing kfunc instead of an anonymous unresolved call; the
- * NULL passed for `aux` would be replaced by the verifier, which fills that argument in itself.
+ * function NAME_impl in BTF"). Each such kfunc has a fallback below (enum pyland_compat in
+ * pyland.h), never called where `___pyl` resolved. Without scx_bpf_create_dsq or the DSQ iterator
+ * pyland runs on the built-in DSQs only (pyl_custom_dsqs(), see pyland.bpf.c).
  */
-#define PYL_AUX		((struct bpf_prog_aux *)0)
 
+/* without it (PYLAND_NO_CUSTOM_DSQS) pyland never calls this: it runs on the built-in DSQs */
 s32 scx_bpf_create_dsq___pyl(u64 dsq_id, s32 node) __ksym __weak;
-s32 scx_bpf_create_dsq___aux(u64 dsq_id, s32 node, struct bpf_prog_aux *aux) __ksym __weak;
 
 static __always_inline s32 pyl_create_dsq(u64 dsq_id, s32 node)
 {
-	if (bpf_ksym_exists(scx_bpf_create_dsq___aux))
-		return scx_bpf_create_dsq___aux(dsq_id, node, PYL_AUX);
 	return scx_bpf_create_dsq___pyl(dsq_id, node);
 }
 
 s32 scx_bpf_dsq_nr_queued___pyl(u64 dsq_id) __ksym __weak;
-s32 scx_bpf_dsq_nr_queued___aux(u64 dsq_id, struct bpf_prog_aux *aux) __ksym __weak;
 
+/*
+ * Tasks queued in a DSQ; -1 when the kernel cannot count them (PYLAND_NO_NR_QUEUED), like the
+ * -ENOENT of a DSQ it does not know: callers read any non-zero value as "someone may wait".
+ */
 static __always_inline s32 pyl_dsq_nr_queued(u64 dsq_id)
 {
-	if (bpf_ksym_exists(scx_bpf_dsq_nr_queued___aux))
-		return scx_bpf_dsq_nr_queued___aux(dsq_id, PYL_AUX);
-	return scx_bpf_dsq_nr_queued___pyl(dsq_id);
+	if (bpf_ksym_exists(scx_bpf_dsq_nr_queued___pyl))
+		return scx_bpf_dsq_nr_queued___pyl(dsq_id);
+	return -1;
 }
 
 void scx_bpf_kick_cpu___pyl(s32 cpu, u64 flags) __ksym __weak;
-void scx_bpf_kick_cpu___aux(s32 cpu, u64 flags, struct bpf_prog_aux *aux) __ksym __weak;
+
+/* false: this kernel cannot kick CPUs (PYLAND_NO_KICK); callers say what replaces the kick */
+static __always_inline bool pyl_can_kick(void)
+{
+	return bpf_ksym_exists(scx_bpf_kick_cpu___pyl);
+}
 
 static __always_inline void pyl_kick_cpu(s32 cpu, u64 flags)
 {
-	if (bpf_ksym_exists(scx_bpf_kick_cpu___aux))
-		scx_bpf_kick_cpu___aux(cpu, flags, PYL_AUX);
-	else
+	if (bpf_ksym_exists(scx_bpf_kick_cpu___pyl))
 		scx_bpf_kick_cpu___pyl(cpu, flags);
 }
 
@@ -137,21 +138,24 @@ static __always_inline s32 pyl_dispatch_nr_slots(void)
 }
 
 void scx_bpf_error_bstr___pyl(char *fmt, unsigned long long *data, u32 data__sz) __ksym __weak;
-void scx_bpf_error_bstr___aux(char *fmt, unsigned long long *data, u32 data__sz,
-			      struct bpf_prog_aux *aux) __ksym __weak;
+
+/*
+ * false: this kernel cannot be told of a scheduler error (PYLAND_NO_ERROR_REPORT). scx_bpf_error()
+ * then does nothing, and a caller that relied on the ejection falls back instead.
+ */
+static __always_inline bool pyl_can_report_error(void)
+{
+	return bpf_ksym_exists(scx_bpf_error_bstr___pyl);
+}
 
 static __always_inline void pyl_error_bstr(char *fmt, unsigned long long *data, u32 data__sz)
 {
-	if (bpf_ksym_exists(scx_bpf_error_bstr___aux))
-		scx_bpf_error_bstr___aux(fmt, data, data__sz, PYL_AUX);
-	else
+	if (bpf_ksym_exists(scx_bpf_error_bstr___pyl))
 		scx_bpf_error_bstr___pyl(fmt, data, data__sz);
 }
 
 /* insert into a FIFO DSQ */
 bool scx_bpf_dsq_insert___v2___pyl(struct task_struct *p, u64 dsq_id, u64 slice, u64 enq_flags) __ksym __weak;
-bool scx_bpf_dsq_insert___v2___aux(struct task_struct *p, u64 dsq_id, u64 slice, u64 enq_flags,
-				   struct bpf_prog_aux *aux) __ksym __weak;
 void scx_bpf_dsq_insert___v1(struct task_struct *p, u64 dsq_id, u64 slice, u64 enq_flags) __ksym __weak;
 void scx_bpf_dispatch___v0(struct task_struct *p, u64 dsq_id, u64 slice, u64 enq_flags) __ksym __weak;
 
@@ -168,8 +172,6 @@ static __always_inline void pyl_dsq_insert(struct task_struct *p, u64 dsq_id, u6
 /* insert into a vtime-ordered DSQ */
 bool __scx_bpf_dsq_insert_vtime___v2(struct task_struct *p,
 				     struct scx_bpf_dsq_insert_vtime_args *args) __ksym __weak;
-bool __scx_bpf_dsq_insert_vtime___aux(struct task_struct *p, struct scx_bpf_dsq_insert_vtime_args *args,
-				      struct bpf_prog_aux *aux) __ksym __weak;
 void scx_bpf_dsq_insert_vtime___v1(struct task_struct *p, u64 dsq_id, u64 slice, u64 vtime,
 				   u64 enq_flags) __ksym __weak;
 void scx_bpf_dispatch_vtime___v0(struct task_struct *p, u64 dsq_id, u64 slice, u64 vtime,
@@ -194,7 +196,6 @@ static __always_inline void pyl_dsq_insert_vtime(struct task_struct *p, u64 dsq_
 
 /* move the first task of a DSQ to this CPU's local DSQ; true when one moved */
 bool scx_bpf_dsq_move_to_local___v2___pyl(u64 dsq_id, u64 enq_flags) __ksym __weak;
-bool scx_bpf_dsq_move_to_local___v2___aux(u64 dsq_id, u64 enq_flags, struct bpf_prog_aux *aux) __ksym __weak;
 bool scx_bpf_dsq_move_to_local___v1(u64 dsq_id) __ksym __weak;
 bool scx_bpf_consume___v0(u64 dsq_id) __ksym __weak;
 
@@ -209,8 +210,6 @@ static __always_inline bool pyl_dsq_move_to_local(u64 dsq_id)
 
 /* iterate a DSQ and move a task found there (6.12: the dispatch_from_dsq names) */
 int bpf_iter_scx_dsq_new___pyl(struct bpf_iter_scx_dsq *it, u64 dsq_id, u64 flags) __ksym __weak;
-int bpf_iter_scx_dsq_new___aux(struct bpf_iter_scx_dsq *it, u64 dsq_id, u64 flags,
-			       struct bpf_prog_aux *aux) __ksym __weak;
 struct task_struct *bpf_iter_scx_dsq_next(struct bpf_iter_scx_dsq *it) __ksym __weak;
 void bpf_iter_scx_dsq_destroy(struct bpf_iter_scx_dsq *it) __ksym __weak;
 
@@ -225,7 +224,27 @@ static __always_inline u64 pyl_compat_missing(void)
 		missing |= PYLAND_NO_PICK_IDLE_CPU;
 	if (!bpf_ksym_exists(scx_bpf_dispatch_nr_slots___pyl))
 		missing |= PYLAND_NO_DISPATCH_SLOTS;
+	if (!bpf_ksym_exists(scx_bpf_create_dsq___pyl))
+		missing |= PYLAND_NO_CUSTOM_DSQS;
+	if (!bpf_ksym_exists(scx_bpf_kick_cpu___pyl))
+		missing |= PYLAND_NO_KICK;
+	if (!bpf_ksym_exists(bpf_iter_scx_dsq_new___pyl))
+		missing |= PYLAND_NO_DSQ_ITER;
+	if (!bpf_ksym_exists(scx_bpf_error_bstr___pyl))
+		missing |= PYLAND_NO_ERROR_REPORT;
+	if (!bpf_ksym_exists(scx_bpf_dsq_nr_queued___pyl))
+		missing |= PYLAND_NO_NR_QUEUED;
 	return missing;
+}
+
+/*
+ * pyland's own DSQs need both scx_bpf_create_dsq and the DSQ iterator: they are ordered by the
+ * policy's deadlines, and without the iterator nothing could rescue a task those deadlines keep
+ * passing (rescue_starved() in pyland.bpf.c). Without either, pyland uses the FIFO built-in DSQs.
+ */
+static __always_inline bool pyl_custom_dsqs(void)
+{
+	return bpf_ksym_exists(scx_bpf_create_dsq___pyl) && bpf_ksym_exists(bpf_iter_scx_dsq_new___pyl);
 }
 
 /*
@@ -235,10 +254,7 @@ static __always_inline u64 pyl_compat_missing(void)
  */
 static __always_inline void pyl_iter_dsq_new(struct bpf_iter_scx_dsq *it, u64 dsq_id, u64 flags)
 {
-	if (bpf_ksym_exists(bpf_iter_scx_dsq_new___aux))
-		bpf_iter_scx_dsq_new___aux(it, dsq_id, flags, PYL_AUX);
-	else
-		bpf_iter_scx_dsq_new___pyl(it, dsq_id, flags);
+	bpf_iter_scx_dsq_new___pyl(it, dsq_id, flags);	/* only reached where pyl_custom_dsqs() */
 }
 bool scx_bpf_dsq_move___v1(struct bpf_iter_scx_dsq *it__iter, struct task_struct *p, u64 dsq_id,
 			   u64 enq_flags) __ksym __weak;
@@ -268,7 +284,6 @@ static __always_inline u64 pyl_now(void)
 
 /* 7.0 warns on direct writes to p->scx.slice; the kfunc exists from 6.19 */
 bool scx_bpf_task_set_slice___v1(struct task_struct *p, u64 slice) __ksym __weak;
-bool scx_bpf_task_set_slice___aux(struct task_struct *p, u64 slice, struct bpf_prog_aux *aux) __ksym __weak;
 
 static __always_inline void pyl_set_slice(struct task_struct *p, u64 slice)
 {

@@ -10,6 +10,17 @@
  *   SHARED_DSQ                     tasks for any CPU, and the BPF-side fallbacks
  *   SCHED_DSQ                      only the scheduler process itself
  *
+ * Kernels that cannot create DSQs or walk them (pyl_custom_dsqs() false: Debian 7.2.9 and 7.2.12,
+ * see compat.h) get the same flow on the kernel's built-in DSQs, which are FIFO:
+ *
+ *   SCX_DSQ_LOCAL_ON | cpu         tasks user space placed on a CPU
+ *   SCX_DSQ_GLOBAL                 tasks for any CPU, and the BPF-side fallbacks
+ *   SCX_DSQ_LOCAL, at the head     the scheduler process, when it wakes up (see pyland_enqueue)
+ *
+ * The kernel serves both itself: a CPU takes its local DSQ, then the global one, and calls
+ * ops.dispatch only when both are empty. FIFO order cannot starve a task the way deadlines can, so
+ * nothing is lost with the starvation rescue, which needs the DSQ iterator.
+ *
  * The numbered requirements (R1..R9) of issue #4 are marked where they are implemented; the race
  * each ordering prevents is named next to it.
  */
@@ -79,6 +90,7 @@ struct {
 struct cpu_ctx {
 	u64 dispatch_at;	/* when ops.dispatch last ran here: bounds direct wake-ups (see below) */
 	u64 running_deadline;	/* deadline of the task running here; 0: none to preempt for */
+	bool usersched_queued;	/* built-in DSQs: the scheduler waits in this CPU's local DSQ */
 };
 
 struct {
@@ -152,7 +164,24 @@ static __always_inline bool usersched_has_pending(void)
 
 static __always_inline u64 cpu_dsq(s32 cpu)
 {
+	if (!pyl_custom_dsqs())
+		return SCX_DSQ_LOCAL_ON | (u32)cpu;
 	return (u64)cpu;
+}
+
+static __always_inline u64 shared_dsq(void)
+{
+	return pyl_custom_dsqs() ? SHARED_DSQ : SCX_DSQ_GLOBAL;
+}
+
+/* insert with the policy's deadline as ordering key; FIFO into built-in DSQs, which refuse vtime */
+static __always_inline void insert_ordered(struct task_struct *p, u64 dsq_id, u64 slice, u64 deadline,
+					   u64 enq_flags)
+{
+	if (pyl_custom_dsqs())
+		pyl_dsq_insert_vtime(p, dsq_id, slice, deadline, enq_flags);
+	else
+		pyl_dsq_insert(p, dsq_id, slice, enq_flags);
 }
 
 /*
@@ -175,7 +204,11 @@ static __always_inline bool direct_wake_allowed(const struct task_ctx *tctx, s32
 
 	if (!cfg.direct_wake_ns || !(enq_flags & SCX_ENQ_WAKEUP) || !tctx->latency_critical)
 		return false;
-	if (!pyl_dsq_nr_queued(cpu_dsq(cpu)) && !pyl_dsq_nr_queued(SHARED_DSQ))
+	/*
+	 * Where the kernel cannot count (-1), and for SCX_DSQ_GLOBAL, which it does not count (-ENOENT),
+	 * someone may wait: only a recent dispatch grants the wake-up then.
+	 */
+	if (!pyl_dsq_nr_queued(cpu_dsq(cpu)) && !pyl_dsq_nr_queued(shared_dsq()))
 		return true;	/* nobody waits that the insertion could pass */
 	cctx = lookup_cpu_ctx(cpu);
 	return cctx && pyl_now() - cctx->dispatch_at < cfg.direct_wake_ns;
@@ -241,6 +274,22 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	s32 cpu;
 
 	if (is_usersched(p)) {
+		if (!pyl_custom_dsqs()) {
+			struct cpu_ctx *cctx = lookup_cpu_ctx(scx_bpf_task_cpu(p));
+
+			/*
+			 * No DSQ of its own, and ops.dispatch cannot put it first: a woken scheduler
+			 * goes to the head of the local DSQ of the CPU it woke on (the kernel wakes
+			 * that CPU if idle; pyland_tick cuts the running task's slice). Only a wake-up:
+			 * after a yield or an expired slice it queues at the tail, so the tasks queued
+			 * here run between two of its turns and cannot starve behind it.
+			 */
+			pyl_dsq_insert(p, SCX_DSQ_LOCAL, USERSCHED_SLICE_NS,
+				       enq_flags | (enq_flags & SCX_ENQ_WAKEUP ? SCX_ENQ_HEAD : 0));
+			if (cctx)
+				cctx->usersched_queued = true;
+			return;
+		}
 		/*
 		 * FIFO DSQ of its own: ops.dispatch decides when the scheduler runs relative to the
 		 * decisions it produced (R3). Kick its CPU so an idle CPU notices it.
@@ -260,6 +309,9 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	if (!tctx) {
 		/* init_task creates the context for every task; a miss is a bug, fail loudly */
 		scx_bpf_error("pyland: no task context for pid %d", p->pid);
+		/* a kernel that cannot be told keeps pyland attached: the task must run somewhere */
+		if (!pyl_can_report_error())
+			pyl_dsq_insert(p, shared_dsq(), cfg.slice_ns, enq_flags);
 		return;
 	}
 	/*
@@ -327,9 +379,13 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 fallback:
 	if (placed)
 		return;	/* a direct wake-up is already placed; only the policy's view of it is lost */
-	/* the shared DSQ with the task's last deadline: it runs on the first CPU that looks */
+	/*
+	 * The shared DSQ with the task's last deadline: it runs on the first CPU that looks. Without
+	 * kicks, a task woken on an idle CPU still wakes it (the kernel reschedules an idle CPU a
+	 * task is enqueued on); otherwise a busy CPU takes it when its slice ends.
+	 */
 	tctx->dsq_at = pyl_now();
-	pyl_dsq_insert_vtime(p, SHARED_DSQ, cfg.slice_ns, tctx->deadline, enq_flags);
+	insert_ordered(p, shared_dsq(), cfg.slice_ns, tctx->deadline, enq_flags);
 	pyl_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_IDLE);
 }
 
@@ -349,6 +405,12 @@ static __always_inline bool deadline_passes_running(s32 cpu, u64 deadline)
 	       (s64)(deadline + cfg.slice_ns - cctx->running_deadline) < 0;
 }
 
+/* a task that may not leave its CPU (migrate_disable()); the field exists from 6.15 (CO-RE) */
+static __always_inline bool migration_disabled(const struct task_struct *p)
+{
+	return bpf_core_field_exists(p->migration_disabled) && BPF_CORE_READ(p, migration_disabled);
+}
+
 /*
  * Apply one decision from user space. Called from bpf_user_ringbuf_drain() in ops.dispatch.
  * Returns 1 (stop draining) when this CPU has no dispatch slot left: a further insert would overflow
@@ -365,7 +427,7 @@ static long apply_decision(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 	struct task_ctx *tctx;
 	s32 this_cpu = bpf_get_smp_processor_id();
 	s32 target, slots;
-	u64 dsq, slice;
+	u64 dsq, slice, enq_flags = 0;
 
 	d = bpf_dynptr_data(dynptr, 0, sizeof(*d));
 	if (!d)
@@ -405,22 +467,39 @@ static long apply_decision(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 		target = scx_bpf_task_cpu(p);
 		dsq = cpu_dsq(target);
 	} else if (target == PYLAND_CPU_ANY) {
-		dsq = SHARED_DSQ;
+		dsq = shared_dsq();
 		target = scx_bpf_task_cpu(p);
-	} else if (target >= 0 && target < MAX_CPUS && bpf_cpumask_test_cpu(target, p->cpus_ptr)) {
+	} else if (target >= 0 && target < MAX_CPUS && bpf_cpumask_test_cpu(target, p->cpus_ptr) &&
+		   (pyl_custom_dsqs() || target == scx_bpf_task_cpu(p) || !migration_disabled(p))) {
+		/*
+		 * Into another CPU's local DSQ the kernel moves the task at once, and ejects the
+		 * scheduler if the task may not migrate; pyland's own DSQs are taken from only by
+		 * a CPU the task can run on.
+		 */
 		dsq = cpu_dsq(target);
 	} else {
 		__sync_fetch_and_add(&shared.nr_bounced, 1);
-		dsq = SHARED_DSQ;
+		dsq = shared_dsq();
 		target = scx_bpf_task_cpu(p);
 	}
 
+	/*
+	 * Without kicks (built-in DSQs on every such kernel so far) an insert into another CPU's
+	 * local DSQ wakes that CPU if idle, and SCX_ENQ_PREEMPT ends its current task's slice: R4's
+	 * preemption, where the task is placed on a CPU. Deadline preemption is left out: in a FIFO
+	 * DSQ the task would not be next, only the running task would lose its slice.
+	 */
+	if (!pyl_can_kick() && !pyl_custom_dsqs() && target != this_cpu && dsq != shared_dsq() &&
+	    (d->flags & PYLAND_DECISION_PREEMPT)) {
+		enq_flags = SCX_ENQ_PREEMPT;
+		__sync_fetch_and_add(&shared.nr_preempt_kicks, 1);
+	}
 	/*
 	 * If the task was dequeued after the generation check, the kernel's own queue-sequence check
 	 * drops this insert when the dispatch buffer is flushed: no double run.
 	 */
 	tctx->dsq_at = pyl_now();
-	pyl_dsq_insert_vtime(p, dsq, slice, d->deadline, 0);
+	insert_ordered(p, dsq, slice, d->deadline, enq_flags);
 	dctx->inserted++;
 	__sync_fetch_and_add(&shared.nr_dispatched, 1);
 
@@ -429,7 +508,7 @@ static long apply_decision(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 	 * without retry (the 100 us guard that blocked 267 fast wake-ups in the article). The policy
 	 * asks for it on wake-ups of short-burst tasks.
 	 */
-	if (target != this_cpu) {
+	if (pyl_can_kick() && target != this_cpu) {
 		if (d->flags & PYLAND_DECISION_PREEMPT) {
 			pyl_kick_cpu(target, SCX_KICK_PREEMPT);
 			__sync_fetch_and_add(&shared.nr_preempt_kicks, 1);
@@ -539,6 +618,18 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 			__sync_fetch_and_add(&shared.nr_drain_busy, 1);
 	}
 
+	if (!pyl_custom_dsqs()) {
+		/*
+		 * Built-in DSQs: the kernel found this CPU's local DSQ and the global DSQ empty before
+		 * calling here, and takes what the drain put there itself; the scheduler is in a
+		 * local DSQ already. The previous task goes on only if the drain added nothing: its
+		 * slice left would make the kernel keep it ahead of what was just inserted.
+		 */
+		if (!dctx.inserted && prev && (prev->scx.flags & SCX_TASK_QUEUED) && !is_usersched(prev))
+			pyl_set_slice(prev, cfg.slice_ns);
+		return;
+	}
+
 	/* a task about to trip the watchdog goes before everything else (see rescue_starved) */
 	now = pyl_now();
 	if (now - shared.rescue_scan_at >= RESCUE_PERIOD_NS) {
@@ -598,6 +689,8 @@ void BPF_STRUCT_OPS(pyland_running, struct task_struct *p)
 	if (cctx)
 		cctx->running_deadline = 0;
 	if (is_usersched(p)) {
+		if (cctx && !pyl_custom_dsqs())
+			cctx->usersched_queued = false;
 		shared.usersched_last_run_at = pyl_now();
 		__sync_fetch_and_add(&shared.nr_usersched_runs, 1);
 		return;
@@ -626,15 +719,34 @@ void BPF_STRUCT_OPS(pyland_stopping, struct task_struct *p, bool runnable)
 		tctx->exec_runtime += now - tctx->start_ts;
 }
 
+/*
+ * Is the scheduler waiting for a CPU? Built-in DSQs: in this CPU's local DSQ (a thread moved away
+ * without running leaves the flag set until one runs here: a spare yield per tick at most). Else
+ * in SCHED_DSQ, which a kernel that cannot count it is assumed to hold.
+ */
+static __always_inline bool usersched_waits(s32 cpu)
+{
+	struct cpu_ctx *cctx;
+
+	if (!pyl_custom_dsqs()) {
+		cctx = lookup_cpu_ctx(cpu);
+		return cctx && cctx->usersched_queued;
+	}
+	if (!bpf_ksym_exists(scx_bpf_dsq_nr_queued___pyl))
+		return true;
+	return pyl_dsq_nr_queued(SCHED_DSQ) > 0;
+}
+
 void BPF_STRUCT_OPS(pyland_tick, struct task_struct *p)
 {
 	if (is_usersched(p))
 		return;
 	/*
 	 * The scheduler is runnable and waiting with work to do: end the current slice now so this
-	 * CPU goes through ops.dispatch, which runs the scheduler first.
+	 * CPU goes through ops.dispatch, which runs the scheduler first (built-in DSQs: the kernel
+	 * runs it next, from the head of the local DSQ).
 	 */
-	if (pyl_dsq_nr_queued(SCHED_DSQ) > 0 && usersched_has_pending()) {
+	if (usersched_waits(scx_bpf_task_cpu(p)) && usersched_has_pending()) {
 		pyl_set_slice(p, 0);
 		__sync_fetch_and_add(&shared.nr_tick_yields, 1);
 	}
@@ -668,7 +780,11 @@ static int heartbeat_fn(void *map, int *key, struct heartbeat *hb)
 	u64 now = pyl_now();
 	struct task_struct *p;
 
-	if (usersched_has_pending() && now - shared.usersched_last_run_at >= cfg.timer_ns) {
+	/*
+	 * Without kicks there is nothing to do here: the scheduler then waits in a local DSQ, which
+	 * the kernel serves in order, within a slice of the task running there (see pyland_enqueue).
+	 */
+	if (pyl_can_kick() && usersched_has_pending() && now - shared.usersched_last_run_at >= cfg.timer_ns) {
 		p = bpf_task_from_pid(cfg.usersched_tgid);
 		if (p) {
 			s32 cpu;
@@ -707,17 +823,20 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(pyland_init)
 		scx_bpf_error("pyland: %u CPUs, at most %d supported", nr_cpus, MAX_CPUS);
 		return -E2BIG;
 	}
-	bpf_for(i, 0, nr_cpus) {
-		err = pyl_create_dsq(cpu_dsq(i), -1);
+	/* without them pyland runs on the built-in DSQs (see the top of this file) */
+	if (pyl_custom_dsqs()) {
+		bpf_for(i, 0, nr_cpus) {
+			err = pyl_create_dsq(cpu_dsq(i), -1);
+			if (err)
+				return err;
+		}
+		err = pyl_create_dsq(SHARED_DSQ, -1);
+		if (err)
+			return err;
+		err = pyl_create_dsq(SCHED_DSQ, -1);
 		if (err)
 			return err;
 	}
-	err = pyl_create_dsq(SHARED_DSQ, -1);
-	if (err)
-		return err;
-	err = pyl_create_dsq(SCHED_DSQ, -1);
-	if (err)
-		return err;
 
 	hb = bpf_map_lookup_elem(&heartbeat_map, &key);
 	if (!hb)

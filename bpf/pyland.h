@@ -50,6 +50,11 @@ enum pyland_compat {
 	PYLAND_NO_SELECT_CPU_DFL	= 1 << 0,	/* no idle-CPU pick at wake-up: tasks stay put */
 	PYLAND_NO_PICK_IDLE_CPU		= 1 << 1,	/* the heartbeat preempts the scheduler's CPU */
 	PYLAND_NO_DISPATCH_SLOTS	= 1 << 2,	/* decisions drained in batches of the default size */
+	PYLAND_NO_CUSTOM_DSQS		= 1 << 3,	/* built-in FIFO DSQs: local per CPU, global shared */
+	PYLAND_NO_KICK			= 1 << 4,	/* no kicks: the kernel's own idle wake-ups only */
+	PYLAND_NO_DSQ_ITER		= 1 << 5,	/* no rescue scan; built-in FIFO DSQs as above */
+	PYLAND_NO_ERROR_REPORT		= 1 << 6,	/* scheduler errors fall back instead of ejecting */
+	PYLAND_NO_NR_QUEUED		= 1 << 7,	/* DSQ lengths unknown: "someone may wait" */
 };
 
 /* read-only configuration (.rodata), written by user space before load */

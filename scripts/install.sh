@@ -62,7 +62,7 @@ log "preparing the VM guest kernels (tools/vm kernel: newest, oldest)"
 .venv/bin/python -m tools.vm kernel --version oldest
 # the Debian 7.2 builds with broken kfunc BTF, for pyland's compat tests; the archive drops a kernel
 # once its series moves on, and the tests then skip it by name, so a missing one is not fatal here
-for v in 7.2.11 7.2.6 7.2.12; do
+for v in 7.2.11 7.2.6 7.2.12 7.2.9; do
     .venv/bin/python -m tools.vm kernel --version "$v" || log "kernel $v is not installable any more"
 done
 log "preparing the VM guest images (tools/vm image: the development one, the bare one for the .deb)"

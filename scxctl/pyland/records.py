@@ -18,6 +18,11 @@ COMPAT_MISSING = {
     1 << 0: "scx_bpf_select_cpu_dfl (wake-ups are not moved to idle CPUs)",
     1 << 1: "scx_bpf_pick_idle_cpu (the heartbeat preempts the scheduler's CPU)",
     1 << 2: "scx_bpf_dispatch_nr_slots (decisions drained in batches of 32)",
+    1 << 3: "scx_bpf_create_dsq (the kernel's FIFO DSQs instead of pyland's deadline-ordered ones)",
+    1 << 4: "scx_bpf_kick_cpu (CPUs are woken by the kernel only; no preemption kicks)",
+    1 << 5: "bpf_iter_scx_dsq_new (no starvation rescue; the kernel's FIFO DSQs instead)",
+    1 << 6: "scx_bpf_error_bstr (internal errors fall back instead of stopping pyland)",
+    1 << 7: "scx_bpf_dsq_nr_queued (DSQ lengths unknown: direct wake-ups only right after a dispatch)",
 }
 REASON_LEN = 128
 MSG_LEN = 1024
