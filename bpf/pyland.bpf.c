@@ -21,8 +21,10 @@
  * ops.dispatch only when both are empty. FIFO order cannot starve a task the way deadlines can, so
  * nothing is lost with the starvation rescue, which needs the DSQ iterator.
  *
- * The numbered requirements (R1..R9) of issue #4 are marked where they are implemented; the race
- * each ordering prevents is named next to it.
+ * The hand-off rules R1..R9 (counter before publish, one TGID test, drain before the scheduler,
+ * no silent preemption drops, BPF slice apart from the user budget, kthreads direct, generations,
+ * built-in idle, heartbeat) are marked where they are implemented; the race each ordering prevents
+ * is named next to it.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -505,7 +507,7 @@ static long apply_decision(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 
 	/*
 	 * R4: a PREEMPT request is always honoured: no "ran for less than X" guard that would drop it
-	 * without retry (the 100 us guard that blocked 267 fast wake-ups in the article). The policy
+	 * without retry (a "ran at least 100 us" guard lost most fast wake-ups of a ping-pong). The policy
 	 * asks for it on wake-ups of short-burst tasks.
 	 */
 	if (pyl_can_kick() && target != this_cpu) {
@@ -609,8 +611,8 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 
 	/*
 	 * R3 (1): finished decisions first. Running the scheduler before its decisions were applied
-	 * makes it decide again while the tasks it already placed still wait (the "yield without
-	 * drain-first" regression, metric 24.48, in the article).
+	 * makes it decide again while the tasks it already placed still wait (yielding without
+	 * draining first made schtest adaptive_priority over a hundred times worse).
 	 */
 	if (pyl_dispatch_nr_slots()) {	/* -1, unknown, is "some": nothing was inserted yet */
 		drained = bpf_user_ringbuf_drain(&dispatched, apply_decision, &dctx, 0);

@@ -4,7 +4,7 @@
 non-loadable ELF section (`.pyland.buildinfo`, which libbpf skips). `scxctl run` and the doctor
 check recompute the hash from the checkout with the same function: an object whose embedded hash
 differs from its sources is stale -- the trap of running an old object from another path than the
-one the build wrote (seed 000, lesson 8) cannot go unnoticed.
+one the build wrote cannot go unnoticed.
 
 Stdlib only: the Makefile runs this module before anything else is installed.
 """

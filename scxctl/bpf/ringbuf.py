@@ -1,9 +1,10 @@
 """BPF ring buffers for the pyland hand-off: kernel -> Python (RINGBUF) and Python -> kernel (USER_RINGBUF).
 
 On x86-64 both sides work directly on the shared mmap of the map, inside the caller's thread: no
-callback per record, no helper thread, no queue (seed 000, lesson 6: the scheduler loop consumes the
-ring itself). A batch of records is unpacked with the caller's `struct.Struct` into the caller's list
-and the consumer position is published once per batch.
+callback per record, no helper thread, no queue: the scheduler loop consumes the ring itself, since
+every hop between the ring and the policy adds to each decision's latency. A batch of records is
+unpacked with the caller's `struct.Struct` into the caller's list and the consumer position is
+published once per batch.
 
 Layout and protocol (kernel/bpf/ringbuf.c, libbpf src/ringbuf.c): page 0 holds consumer_pos, page 1
 producer_pos, then the data area, mapped twice back to back so a record that wraps is contiguous.

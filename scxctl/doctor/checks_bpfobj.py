@@ -1,7 +1,7 @@
 """The pyland BPF object: which one the loader will use, was it built from these sources, and does
 this kernel accept it?
 
-Seed 000 lost days to a stale object loaded from another path than the build wrote; this check
+A stale object loaded from another path than the build wrote can cost days of debugging; this check
 names the object `scxctl run` would load, compares its embedded source hash with the checkout's
 bpf/ sources, and warns when several candidate objects with different hashes exist.
 

@@ -1,6 +1,6 @@
 """The pyland scheduling loop: records in, policy decisions out, on one OS thread.
 
-Seed 000's hand-off lessons shape every line here:
+The kernel/user hand-off rules of a user-space scheduler shape every line here:
 - the loop consumes the `queued` ring itself (read_batch: no callback per record, no helper thread,
   no queue);
 - after each batch it publishes nr_consumed / nr_written / nr_scheduled, and when the pool is empty
