@@ -18,10 +18,23 @@ from pathlib import Path
 
 from tools.vm.api import VM
 
+# shell: wait (at most 90 s) until the kernel runs pyland; shared by the VM benchmarks' guest scripts
+WAIT_PYLAND = r"""
+wait_pyland() {
+    for _ in $(seq 1 900); do
+        [ "$(cat /sys/kernel/sched_ext/state)" = enabled ] \
+            && [ "$(cat /sys/kernel/sched_ext/root/ops 2>/dev/null)" = pyland ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+"""
+
 GUEST = r"""#!/bin/bash
 set -u
 R=/results
 cd /opt/scxctl
+@WAIT_PYLAND@
 stress() {
     stress-ng --cpu {cpus} --fork 1 --futex 1 --pipe 1 --sleep 2 --timeout {seconds}s \
         --metrics-brief --yaml "$R/$1.yaml" >"$R/$1.txt" 2>&1
@@ -30,11 +43,7 @@ stress() {
 stress default
 scxctl --log-format json run --policy {policy} --stats-interval 5 >"$R/pyland.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 900); do
-    [ "$(cat /sys/kernel/sched_ext/state)" = enabled ] \
-        && [ "$(cat /sys/kernel/sched_ext/root/ops 2>/dev/null)" = pyland ] && break
-    sleep 0.1
-done
+wait_pyland
 cat /sys/kernel/sched_ext/root/ops >"$R/ops.txt" 2>&1
 stress pyland
 cat /sys/kernel/sched_ext/state >"$R/state_after.txt"
@@ -63,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="vm_stress_bench."))
     script = work / "bench.sh"
-    script.write_text(GUEST.replace("{cpus}", str(args.cpus)).replace("{seconds}", str(args.seconds))
+    text = GUEST.replace("@WAIT_PYLAND@", WAIT_PYLAND)
+    script.write_text(text.replace("{cpus}", str(args.cpus)).replace("{seconds}", str(args.seconds))
                       .replace("{policy}", args.policy))
     n = 0
 

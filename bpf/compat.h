@@ -35,6 +35,9 @@
 #ifndef E2BIG
 #define E2BIG		7
 #endif
+#ifndef EINVAL
+#define EINVAL		22
+#endif
 
 #define BPF_STRUCT_OPS(name, args...)		SEC("struct_ops/" #name) BPF_PROG(name, ##args)
 #define BPF_STRUCT_OPS_SLEEPABLE(name, args...)	SEC("struct_ops.s/" #name) BPF_PROG(name, ##args)
@@ -152,6 +155,21 @@ static __always_inline void pyl_error_bstr(char *fmt, unsigned long long *data, 
 {
 	if (bpf_ksym_exists(scx_bpf_error_bstr___pyl))
 		scx_bpf_error_bstr___pyl(fmt, data, data__sz);
+}
+
+void scx_bpf_exit_bstr___pyl(s64 exit_code, char *fmt, unsigned long long *data, u32 data__sz) __ksym __weak;
+
+/*
+ * Stop the scheduler cleanly (SCX_EXIT_UNREG_BPF with `exit_code`): every task returns to the fair
+ * class. False where the kernel cannot be told (its BTF breaks this kfunc like scx_bpf_error_bstr);
+ * user space's own watchdog still detaches there.
+ */
+static __always_inline bool pyl_exit(s64 exit_code, char *fmt, unsigned long long *data, u32 data__sz)
+{
+	if (!bpf_ksym_exists(scx_bpf_exit_bstr___pyl))
+		return false;
+	scx_bpf_exit_bstr___pyl(exit_code, fmt, data, data__sz);
+	return true;
 }
 
 /* insert into a FIFO DSQ */

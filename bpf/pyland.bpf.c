@@ -43,6 +43,8 @@ char _license[] SEC("license") = "GPL";
 #define RESCUE_PERIOD_NS	(20ULL * 1000 * 1000)
 #define RESCUE_SCAN_MAX		32
 #define RESCUE_MAX		1
+/* pending work without a record consumed for this many policy budgets stops pyland (heartbeat) */
+#define PROGRESS_BUDGETS	10
 
 /* Set by user space before load (see struct pyland_config); the only variable in .rodata. */
 const volatile struct pyland_config cfg = {
@@ -53,6 +55,9 @@ const volatile struct pyland_config cfg = {
 	.max_backlog = 1024,
 	.starve_ns = 1000ULL * 1000 * 1000,
 	.direct_wake_ns = 20ULL * 1000 * 1000,
+	.max_slice_ns = 20ULL * 1000 * 1000,
+	.stall_ns = 100ULL * 1000 * 1000,
+	.new_direct = 1,
 };
 
 /* Counters and exit info shared with user space; the only variable in .bss (offset 0). */
@@ -243,6 +248,32 @@ s32 BPF_STRUCT_OPS(pyland_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 	return cpu;
 }
 
+/*
+ * Has the policy overrun its budget? User space stamps policy_since (CLOCK_MONOTONIC, the clock of
+ * bpf_ktime_get_ns) before a batch enters the policy and clears it after. The stamp and the clock
+ * are read on different CPUs without ordering: a stamp newer than `now` reads as "not stalled".
+ */
+static __always_inline bool policy_stalled(u64 now, u64 budget)
+{
+	u64 since = shared.policy_since;
+
+	return budget && since && now > since && now - since > budget;
+}
+
+/*
+ * Where a task BPF places itself goes in the deadline order: its last deadline, or, for a task the
+ * policy never decided (a new one, deadline 0), just behind the latest deadline that got a CPU. A
+ * deadline of 0 would put every child of a fork storm ahead of all the tasks already waiting.
+ */
+static __always_inline u64 fallback_deadline(struct task_ctx *tctx)
+{
+	if (!tctx->deadline) {
+		tctx->deadline = shared.vtime_now + cfg.slice_ns;
+		__sync_fetch_and_add(&shared.nr_fair_new, 1);
+	}
+	return tctx->deadline;
+}
+
 /* bytes one `queued` record takes in the ring: the 8-byte header, then the record, 8-aligned */
 #define QUEUED_RECORD_BYTES	((8 + sizeof(struct pyland_task) + 7) & ~7UL)
 
@@ -326,7 +357,21 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 		tctx->wake_gen = tctx->enq_cnt;
 
 	cpu = scx_bpf_task_cpu(p);
-	if (direct_wake_allowed(tctx, cpu, enq_flags)) {
+	if (cfg.new_direct && tctx->enq_cnt == 1) {
+		/*
+		 * A task's first enqueue (a fork, or a task that predates the attach): the policy knows
+		 * nothing of it yet, so a round trip buys no better placement than BPF's own, behind the
+		 * deadlines already running. In a fork storm that round trip was most of the cost (and
+		 * a short-lived process often never gets a second one). The record still goes out,
+		 * quietly, and the policy's decision for it sets the task's vtime and grant only.
+		 */
+		tctx->direct_gen = tctx->enq_cnt;
+		tctx->dsq_at = pyl_now();
+		insert_ordered(p, shared_dsq(), cfg.slice_ns, fallback_deadline(tctx), enq_flags);
+		pyl_kick_cpu(cpu, SCX_KICK_IDLE);
+		__sync_fetch_and_add(&shared.nr_new_direct, 1);
+		placed = true;
+	} else if (direct_wake_allowed(tctx, cpu, enq_flags)) {
 		/*
 		 * Head of the local DSQ of the CPU the task is enqueued on. A remote CPU is preempted;
 		 * on this CPU the current task is usually the waker, which is about to block anyway.
@@ -348,6 +393,14 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	 */
 	if (shared.nr_queued - shared.nr_consumed >= cfg.max_backlog) {
 		__sync_fetch_and_add(&shared.nr_backlog, 1);
+		goto fallback;
+	}
+	/*
+	 * A policy stuck in decide() holds every task it was handed; user space detaches pyland soon
+	 * after the budget, and until then no new task joins them.
+	 */
+	if (policy_stalled(bpf_ktime_get_ns(), cfg.stall_ns)) {
+		__sync_fetch_and_add(&shared.nr_stalled, 1);
 		goto fallback;
 	}
 	rec = bpf_ringbuf_reserve(&queued, sizeof(*rec), 0);
@@ -387,7 +440,7 @@ fallback:
 	 * task is enqueued on); otherwise a busy CPU takes it when its slice ends.
 	 */
 	tctx->dsq_at = pyl_now();
-	insert_ordered(p, shared_dsq(), cfg.slice_ns, tctx->deadline, enq_flags);
+	insert_ordered(p, shared_dsq(), cfg.slice_ns, fallback_deadline(tctx), enq_flags);
 	pyl_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_IDLE);
 }
 
@@ -414,6 +467,26 @@ static __always_inline bool migration_disabled(const struct task_struct *p)
 }
 
 /*
+ * The CPU a PYLAND_CPU_ANY decision wakes: an idle one the task may use, else its previous CPU.
+ * pick_idle_cpu claims the CPU (clears its idle bit), so the caller must kick it. Built-in DSQs
+ * cannot kick: the task goes to that CPU's local DSQ instead, which wakes it, where it may move.
+ */
+static __always_inline s32 any_cpu(struct task_struct *p, u64 *dsq)
+{
+	s32 cpu = pyl_pick_idle_cpu(p->cpus_ptr, 0);
+
+	if (cpu < 0)
+		return scx_bpf_task_cpu(p);
+	if (!pyl_custom_dsqs()) {
+		if (cpu != scx_bpf_task_cpu(p) && migration_disabled(p))
+			return scx_bpf_task_cpu(p);
+		*dsq = cpu_dsq(cpu);
+	}
+	__sync_fetch_and_add(&shared.nr_idle_picks, 1);
+	return cpu;
+}
+
+/*
  * Apply one decision from user space. Called from bpf_user_ringbuf_drain() in ops.dispatch.
  * Returns 1 (stop draining) when this CPU has no dispatch slot left: a further insert would overflow
  * the dispatch buffer, which the kernel treats as a scheduler error.
@@ -432,8 +505,11 @@ static long apply_decision(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 	u64 dsq, slice, enq_flags = 0;
 
 	d = bpf_dynptr_data(dynptr, 0, sizeof(*d));
-	if (!d)
+	if (!d) {
+		/* shorter than a decision: nothing in it can be trusted, not even the pid */
+		__sync_fetch_and_add(&shared.nr_malformed, 1);
 		return 0;
+	}
 
 	p = bpf_task_from_pid(d->pid);
 	if (!p) {
@@ -450,6 +526,11 @@ static long apply_decision(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 	tctx->vtime = d->vtime;
 	tctx->deadline = d->deadline;
 	slice = d->slice_ns ?: cfg.slice_ns;	/* R5 */
+	if (slice > cfg.max_slice_ns) {
+		/* a policy's slice beyond its own budget would hold a CPU past every deadline */
+		slice = cfg.max_slice_ns;
+		__sync_fetch_and_add(&shared.nr_clamped, 1);
+	}
 	tctx->slice = slice;
 	/*
 	 * The grant follows the policy's answer to a wake-up: preemption is a wake-up notion, and a
@@ -458,11 +539,13 @@ static long apply_decision(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 	if (d->enq_cnt == tctx->wake_gen)
 		tctx->latency_critical = d->flags & PYLAND_DECISION_PREEMPT;
 	if (tctx->direct_gen == d->enq_cnt) {
-		/* the wake-up was placed by direct_wake_allowed(): this decision only renews the grant */
+		/* placed by BPF (a direct wake-up, a first enqueue): only the vtime and grant change */
 		__sync_fetch_and_add(&shared.nr_wake_updates, 1);
 		goto release;
 	}
 	target = d->cpu;
+	if (target < PYLAND_CPU_ANY || target >= (s32)scx_bpf_nr_cpu_ids())
+		__sync_fetch_and_add(&shared.nr_malformed, 1);	/* then bounced below */
 
 	if (p->nr_cpus_allowed == 1) {
 		/* a pinned task can only run where it is; user space may not know that yet */
@@ -470,7 +553,7 @@ static long apply_decision(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 		dsq = cpu_dsq(target);
 	} else if (target == PYLAND_CPU_ANY) {
 		dsq = shared_dsq();
-		target = scx_bpf_task_cpu(p);
+		target = any_cpu(p, &dsq);
 	} else if (target >= 0 && target < MAX_CPUS && bpf_cpumask_test_cpu(target, p->cpus_ptr) &&
 		   (pyl_custom_dsqs() || target == scx_bpf_task_cpu(p) || !migration_disabled(p))) {
 		/*
@@ -703,6 +786,9 @@ void BPF_STRUCT_OPS(pyland_running, struct task_struct *p)
 	tctx->start_ts = pyl_now();
 	if (cctx && !is_critical_kthread(p))
 		cctx->running_deadline = tctx->deadline;
+	/* racy max across CPUs: a lost update only places the next new task one deadline earlier */
+	if ((s64)(tctx->deadline - shared.vtime_now) > 0)
+		shared.vtime_now = tctx->deadline;
 }
 
 void BPF_STRUCT_OPS(pyland_stopping, struct task_struct *p, bool runnable)
@@ -777,10 +863,41 @@ s32 BPF_STRUCT_OPS(pyland_init_task, struct task_struct *p, struct scx_init_task
  * is pending and the scheduler has not run for a period, kick a CPU into ops.dispatch: an idle one
  * if there is one, else preempt the CPU the scheduler last used.
  */
+/*
+ * The backstop for a user space that cannot act: its own watchdog detaches pyland when the policy
+ * overruns its budget, but a process stopped (SIGSTOP), or stuck in native code that holds the
+ * interpreter lock, runs no watchdog. Pending work with no record consumed, or a policy running,
+ * for PROGRESS_BUDGETS budgets stops pyland here: the kernel's watchdog would wait timeout_ms (5 s)
+ * with every task handed to user space stranded. Wall time, so not at the user-space watchdog's
+ * budget: a loop kept off-CPU (a CPU going offline under TCG held it 400 ms) is not stuck.
+ */
+static void check_progress(void)
+{
+	u64 now = bpf_ktime_get_ns(), consumed = shared.nr_consumed;
+	unsigned long long arg[1];
+	static char fmt[] = "pyland: user space made no progress for %llu ms with work pending";
+
+	if (!cfg.stall_ns)
+		return;
+	if (consumed != shared.progress_seen || !usersched_has_pending()) {
+		shared.progress_seen = consumed;
+		shared.progress_at = now;
+	}
+	arg[0] = (now - shared.progress_at) / 1000000;
+	if (now - shared.progress_at > PROGRESS_BUDGETS * cfg.stall_ns ||
+	    policy_stalled(now, PROGRESS_BUDGETS * cfg.stall_ns)) {
+		if (shared.policy_since && now > shared.policy_since)
+			arg[0] = (now - shared.policy_since) / 1000000;	/* the policy's overrun */
+		pyl_exit(PYLAND_EXIT_STALLED, fmt, arg, sizeof(arg));
+	}
+}
+
 static int heartbeat_fn(void *map, int *key, struct heartbeat *hb)
 {
 	u64 now = pyl_now();
 	struct task_struct *p;
+
+	check_progress();
 
 	/*
 	 * Without kicks there is nothing to do here: the scheduler then waits in a local DSQ, which
@@ -821,6 +938,12 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(pyland_init)
 	u32 i;
 
 	shared.compat_missing = pyl_compat_missing();
+	shared.progress_at = bpf_ktime_get_ns();	/* check_progress() measures from the attach */
+	/* without it the scheduler's own threads would queue behind the tasks they must decide */
+	if (!cfg.usersched_tgid) {
+		scx_bpf_error("pyland: loaded without the scheduler's TGID");
+		return -EINVAL;
+	}
 	if (nr_cpus > MAX_CPUS) {
 		scx_bpf_error("pyland: %u CPUs, at most %d supported", nr_cpus, MAX_CPUS);
 		return -E2BIG;

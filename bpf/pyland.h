@@ -15,6 +15,8 @@
 #define PYLAND_COMM_LEN		16
 #define PYLAND_REASON_LEN	128
 #define PYLAND_MSG_LEN		1024
+/* ops.exit's exit_code when the BPF core itself stopped pyland because user space made no progress */
+#define PYLAND_EXIT_STALLED	0x70796c01LL
 
 /* queued ring buffer record (kernel -> user): one per task to schedule; 80 bytes */
 struct pyland_task {
@@ -67,6 +69,10 @@ struct pyland_config {
 	__u64 starve_ns;	/* a task waiting this long in a DSQ is run next, whatever its deadline */
 	__u64 direct_wake_ns;	/* 0: off; else direct wake-ups of latency-critical tasks, allowed on
 				 * a CPU whose ops.dispatch ran within this window */
+	__u64 max_slice_ns;	/* a decision's slice is clamped to this (the user-space budget) */
+	__u64 stall_ns;		/* policy budget: 0 off; else past it new tasks bypass the policy, and
+				 * pending work without progress for PROGRESS_BUDGETS of it stops pyland */
+	__u64 new_direct;	/* 1: a task's first enqueue is placed by BPF, the policy told quietly */
 };
 
 /* why the scheduler left, copied from struct scx_exit_info in ops.exit */
@@ -106,10 +112,20 @@ struct pyland_shared {
 	__u64 nr_quiet;			/* records of direct wake-ups, submitted without waking user space */
 	__u64 nr_deadline_preempts;	/* decisions whose deadline preempted the running task */
 	__u64 compat_missing;		/* PYLAND_NO_* bits: what this kernel cannot give (set in ops.init) */
+	__u64 nr_clamped;		/* decisions whose slice exceeded max_slice_ns */
+	__u64 nr_malformed;		/* decision records of the wrong size, or with an impossible CPU */
+	__u64 nr_stalled;		/* tasks BPF placed itself because the policy overran stall_ns */
+	__u64 nr_idle_picks;		/* PYLAND_CPU_ANY decisions sent to an idle CPU */
+	__u64 nr_fair_new;		/* fallbacks of new tasks, placed behind the running deadlines */
+	__u64 nr_new_direct;		/* first enqueues placed by BPF (new_direct) */
+	__u64 vtime_now;		/* the latest deadline that got a CPU: the fair place of a new task */
+	__u64 progress_seen;		/* heartbeat: nr_consumed when it last moved */
+	__u64 progress_at;		/* heartbeat: ns (bpf_ktime_get_ns) when it last moved */
 	/* written by user space */
 	__u64 nr_consumed;		/* records read from `queued` */
 	__u64 nr_scheduled;		/* tasks read but whose decision is not yet written (the pool) */
 	__u64 nr_written;		/* decisions written to `dispatched` */
+	__u64 policy_since;		/* CLOCK_MONOTONIC ns the loop entered the policy's code; 0 outside */
 	/* written once by ops.exit */
 	struct pyland_exit_info exit;
 };

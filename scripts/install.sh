@@ -58,7 +58,8 @@ make -C bpf PYTHON="$PWD/.venv/bin/python"
 # machine, and reused when nothing changed. pyland's
 # scenario runs on the newest and on the oldest sched_ext kernel the archive still has.
 log "preparing the VM guest kernels (tools/vm kernel: newest, oldest)"
-.venv/bin/python -m tools.vm kernel
+# with the default kernel's headers (unpacked beside it, never installed): the trace tests run bcc in the guest
+.venv/bin/python -m tools.vm kernel --headers
 .venv/bin/python -m tools.vm kernel --version oldest
 # the Debian 7.2 builds with broken kfunc BTF, for pyland's compat tests; the archive drops a kernel
 # once its series moves on, and the tests then skip it by name, so a missing one is not fatal here

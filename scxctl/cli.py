@@ -98,6 +98,11 @@ COMMANDS: tuple[LazyCommand, ...] = (
         "scxctl.commands.bench",
         "schtest-style scheduler tests (adaptive-priority, fairness), one scheduler or side by side.",
     ),
+    LazyCommand(
+        "trace",
+        "scxctl.commands.trace",
+        "Measure in the kernel (bcc): wake-up to run latency per process, name or cgroup.",
+    ),
 )
 
 

@@ -61,6 +61,7 @@ STANDIN = textwrap.dedent('''
         (scx / "root/ops").write_text(ops + "\\n")
         (scx / "state").write_text("enabled\\n")
     deadline = time.monotonic() + arg
+    reattached = 0
     while True:
         time.sleep(0.02)
         if behaviour == "crash-after" and time.monotonic() >= deadline:
@@ -73,6 +74,17 @@ STANDIN = textwrap.dedent('''
             print(json.dumps({"event": "ejected", "exit_kind": "ERROR_STALL", "reason": "runnable task stall",
                               "message": "watchdog failed to check in for 30s"}), file=sys.stderr, flush=True)
             sys.exit(8)
+        if behaviour == "reattach-after" and time.monotonic() >= deadline:
+            detach()  # as pyland on CPU hotplug: the kernel asked for a restart, and it re-attaches
+            print(json.dumps({"event": "pyland restarting", "reason": "UNREG_KERN (cpu 1 going offline)",
+                              "restarts": reattached + 1}), flush=True)
+            time.sleep(4.0)  # longer than the daemon's 3 s ejection grace
+            (scx / "root").mkdir(exist_ok=True)
+            (scx / "root/owner").write_text(str(os.getpid()))
+            (scx / "root/ops").write_text(ops + "\\n")
+            (scx / "state").write_text("enabled\\n")
+            reattached += 1
+            deadline = time.monotonic() + (arg if reattached < 2 else 1e9)
         if behaviour == "silent-eject-after" and time.monotonic() >= deadline:
             detach()  # the kernel dropped it, but the process keeps running
             behaviour = "ok"
@@ -171,6 +183,7 @@ def fake_config(tmp: Path, standin: Path, group: str = "nogroup", **limits: Any)
         "mute": ("mute", {"auto": ["never-switch"]}),
         "ejecty": ("ejecty", {"auto": ["eject-after", "0.4"]}),
         "silent": ("silent", {"auto": ["silent-eject-after", "0.4"]}),
+        "hotplug": ("hotplug", {"auto": ["reattach-after", "0.5"]}),
     }
     for name, (ops, modes) in schedulers.items():
         out.append(f"[schedulers.{name}]")

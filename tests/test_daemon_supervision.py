@@ -138,6 +138,22 @@ def test_ejection_seen_in_sysfs_while_child_keeps_running(d: DaemonEnv) -> None:
     d.wait_for(lambda: len(d.standin_starts()) >= 2, 10, "restart")
 
 
+def test_reattach_on_the_kernels_request_is_not_a_failure(d: DaemonEnv) -> None:
+    """A child that re-attaches itself when the kernel asks (pyland on CPU hotplug) stays the child:
+    off the kernel's books for longer than the ejection grace, and neither killed nor counted."""
+    assert d.request("enable", {"scheduler": "hotplug"})["ok"]
+    pid = d.status()["supervisor"]["pid"]
+    d.wait_for(lambda: d.status()["supervisor"]["reattach_count"] == 2, 20, "two re-attaches")
+    d.wait_for(lambda: d.kernel.state() == "enabled", 10, "enabled again")
+    sup = d.status()["supervisor"]
+    assert (sup["pid"], sup["phase"], sup["restart_count"]) == (pid, "running", 0)
+    assert sup["failures_in_window"] == 0
+    assert sup["gave_up"] is None
+    assert not d.events("scheduler_ejected") and not d.events("scheduler_exited")
+    assert [e["reattach_count"] for e in d.events("scheduler_reattaching")] == [1, 2]
+    assert len(d.standin_starts()) == 1
+
+
 def test_foreign_scheduler_is_reported_and_not_clobbered_without_force(d: DaemonEnv) -> None:
     d.kernel.load_foreign("scx_rusty")
     st = d.status()

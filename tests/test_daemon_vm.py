@@ -1,7 +1,8 @@
 """The daemon under systemd on a real sched_ext kernel (QEMU guest, booted once for this module).
 
-One guest script installs the unit, drives `scxctl enable/switch/disable` with pyland, kills the
-scheduler with SIGKILL, restarts the daemon, tries to enable as a non-root user, and writes what
+One guest script installs the unit, drives `scxctl enable/switch/disable` with pyland, takes cpu1
+offline and online (pyland re-attaches in the same process), kills the scheduler with SIGKILL,
+restarts the daemon, tries to enable as a non-root user, and writes what
 it saw under /results; the tests below assert on those files.
 """
 
@@ -67,6 +68,17 @@ kstate >$R/after_switch.txt
 scxctl status --json >$R/status_gaming.json
 pid=$(field $R/status_gaming.json '["supervisor"]["pid"]')
 tr '\0' ' ' </proc/$pid/cmdline >$R/gaming_cmdline.txt
+
+# CPU hotplug: the kernel asks pyland to restart, and it re-attaches in the same process
+for step in 0 1; do
+    echo $step >/sys/devices/system/cpu/cpu1/online
+    sleep 0.5
+    end=$((SECONDS + 60))
+    while [ $SECONDS -lt $end ] && [ "$(kstate)" != "enabled pyland" ]; do sleep 0.2; done
+    kstate >$R/hotplug_$step.txt
+done
+sleep 2  # a monitor interval or two: the daemon has read the re-attach lines
+scxctl status --json >$R/status_hotplug.json
 
 kill -9 "$pid"
 wait_new_pyland "$pid" >$R/restart_s.txt
@@ -170,6 +182,18 @@ def test_switch_mode_changes_pyland_options(guest: Path) -> None:
     assert st["supervisor"]["mode"] == "gaming" and st["desired"]["mode"] == "gaming"
     assert st["supervisor"]["pid"] != _json(guest, "status_enabled.json")["supervisor"]["pid"]
     assert "--slice-us 5000 --slice-min-us 500" in _read(guest, "gaming_cmdline.txt")
+
+
+def test_cpu_hotplug_reattaches_in_the_same_child_and_is_not_a_failure(guest: Path) -> None:
+    assert [_read(guest, f"hotplug_{step}.txt") for step in (0, 1)] == ["enabled pyland"] * 2
+    before = _json(guest, "status_gaming.json")["supervisor"]
+    st = _json(guest, "status_hotplug.json")
+    sup = st["supervisor"]
+    assert (sup["pid"], sup["phase"], sup["reattach_count"]) == (before["pid"], "running", 2)
+    assert sup["restart_count"] == before["restart_count"] and sup["failures_in_window"] == 0
+    assert sup["gave_up"] is None and st["kernel"]["owner"] == "scxctl"
+    ev = [e for e in _events(guest) if e["event"] == "scheduler_reattaching"]
+    assert [e["reattach_count"] for e in ev] == [1, 2] and all(e["pid"] == before["pid"] for e in ev)
 
 
 def test_kill_9_is_restarted_and_logged_with_reason(guest: Path) -> None:

@@ -94,18 +94,31 @@ def test_bpf_object_goes_where_the_loader_looks() -> None:
     assert installed_paths()["bpf/build/pyland.bpf.o"] == paths.PYLAND_OBJECT_INSTALLED
 
 
+# optional imports (imported lazily, by one command) -> the package that must be in Recommends
+OPTIONAL_IMPORTS = {"bcc": "python3-bpfcc"}
+
+
 def test_depends_cover_every_import() -> None:
     # ${python3:Depends} carries pyproject's dependencies (python3-NAME); the rest must be explicit
     binary = control()[1]
     explicit = relation_names(binary["Depends"])
     from_pyproject = {re.split(r"[<>=!~\[; ]", d)[0].lower() for d in PYPROJECT["project"]["dependencies"]}
     assert "${python3:Depends}" in binary["Depends"]
-    missing = {m for m in third_party_imports() if m not in from_pyproject and f"python3-{m}" not in explicit}
+    missing = {m for m in third_party_imports() - OPTIONAL_IMPORTS.keys()
+               if m not in from_pyproject and f"python3-{m}" not in explicit}
     assert not missing, f"imported by scxctl/ but in neither pyproject's dependencies nor Depends: {missing}"
     # libbpf.so.1 is loaded with ctypes, which no dependency generator sees
     libbpf = (ROOT / "scxctl" / "bpf" / "libbpf.py").read_text()
     assert 'LIBBPF_SONAME = "libbpf.so.1"' in libbpf
     assert re.search(r"libbpf1 \(>= 1:1\.4\)", binary["Depends"])
+
+
+def test_optional_imports_are_recommended_and_headers_suggested() -> None:
+    binary = control()[1]
+    assert OPTIONAL_IMPORTS.keys() <= third_party_imports()  # still imported: else drop the Recommends
+    assert set(OPTIONAL_IMPORTS.values()) <= relation_names(binary.get("Recommends", ""))
+    assert not set(OPTIONAL_IMPORTS.values()) & relation_names(binary["Depends"])
+    assert {n for n in relation_names(binary.get("Suggests", "")) if n.startswith("linux-headers-")}
 
 
 def test_no_recommends_or_suggests_that_scxctl_does_not_use() -> None:

@@ -130,19 +130,22 @@ def test_task_fields_reach_the_policy_and_decision_fields_reach_bpf(harness: Har
     assert (r["last_pid"], r["last_cpu"], r["last_deadline"], r["last_vtime"]) == (502, 1, 5020, 905)
 
 
-def test_stale_generation_is_detected_by_the_bpf_side(harness: Harness) -> None:
+def test_a_policy_cannot_strand_a_task_with_a_wrong_pid_or_generation(harness: Harness) -> None:
+    """The loop writes the record's pid and generation: a decision the BPF side would drop as stale
+    (or for another task) would leave its task waiting for a decision that never comes."""
     class Wrong(Policy):
         name = "wrong"
 
         def decide(self, task: Task, decision: Decision) -> None:
-            decision.pid, decision.cpu, decision.preempt = task.pid, -1, False
+            decision.pid, decision.cpu, decision.preempt = task.pid + 1, -1, False
             decision.slice_ns, decision.deadline, decision.vtime = 0, 0, 0
-            decision.enq_cnt = task.enq_cnt - 1  # echo an older generation
+            decision.enq_cnt = task.enq_cnt - 1  # an older generation
 
-    harness.feed(4)
+    harness.feed(4, pid_base=700)
     harness.loop(Wrong(PolicyOptions(nr_cpus=2))).step()
     harness.drain()
-    assert harness.results()["bad_generation"] == 4
+    r = harness.results()
+    assert (r["bad_generation"], r["drained"], r["last_pid"]) == (0, 4, 703)
 
 
 def test_full_user_ring_keeps_every_decision_in_order(harness: Harness) -> None:

@@ -80,7 +80,8 @@ def test_config_layout_matches_c() -> None:
     size, members = struct_layout(btf_types(PYLAND_OBJ), "pyland_config")
     assert size == records.CONFIG.size
     assert [m for m, _ in members] == ["slice_ns", "usersched_tgid", "builtin_idle", "timer_ns",
-                                       "max_backlog", "starve_ns", "direct_wake_ns"]
+                                       "max_backlog", "starve_ns", "direct_wake_ns", "max_slice_ns",
+                                       "stall_ns", "new_direct"]
     assert [off for _, off in members] == fmt_offsets(records.CONFIG)
 
 
@@ -118,9 +119,11 @@ def test_object_defaults_separate_bpf_slice_from_user_budget() -> None:
     raw = read_section(PYLAND_OBJ, ".rodata")
     assert raw is not None
     fields = records.CONFIG.unpack(raw[: records.CONFIG.size])
-    slice_ns, tgid, idle, timer_ns, backlog, starve, direct = fields
+    slice_ns, tgid, idle, timer_ns, backlog, starve, direct, max_slice, stall, new_direct = fields
     assert (slice_ns, tgid, idle, timer_ns, backlog, starve) == (1_000_000, 0, 1, 100_000_000, 1024, 10**9)
-    assert direct == 20 * slice_ns  # one user-space budget, as RunOptions packs by default
+    assert direct == max_slice == 20 * slice_ns  # one user-space budget, as RunOptions packs by default
+    assert stall == 100_000_000  # the policy budget, RunOptions.policy_budget_ms
+    assert new_direct == 1
 
 
 def test_ops_name_and_both_struct_ops_maps_exist() -> None:

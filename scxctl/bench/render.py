@@ -11,6 +11,7 @@ from rich.table import Table
 
 from scxctl.bench.converge import Measurement
 from scxctl.bench.stats import HIST_EDGES_NS
+from scxctl.ui import fmt_ns
 
 _BARS = "▁▂▃▄▅▆▇█"
 _STATUS_STYLE = {
@@ -21,17 +22,6 @@ _STATUS_STYLE = {
     "error": "bold red",
 }
 
-
-def fmt_ns(ns: float | None) -> str:
-    if ns is None:
-        return "-"
-    if ns < 1e3:
-        return f"{ns:.0f}ns"
-    if ns < 1e6:
-        return f"{ns / 1e3:.1f}us"
-    if ns < 1e9:
-        return f"{ns / 1e6:.2f}ms"
-    return f"{ns / 1e9:.2f}s"
 
 
 def fmt_metric(v: float | None) -> str:
@@ -189,6 +179,8 @@ def test_table(report: dict[str, Any], test: str) -> Table:
                 f"{side} wake histogram",
                 lambda t, s=side: sparkline(((t["final"] or {}).get(s) or {}).get("histogram", [])),
             )
+            if any(t and (t["final"] or {}).get("trace") for _, t in cols):
+                row(f"{side} kernel wake->run p50/p90/p99", lambda t, s=side: _traced(t, s))
     else:
         row(
             "CPU time min/p10/mean/max",
@@ -205,6 +197,12 @@ def test_table(report: dict[str, Any], test: str) -> Table:
     )
     row("note", lambda t: t["error"] or "")
     return table
+
+
+def _traced(t: dict[str, Any], side: str) -> str:
+    """The kernel's measurement of the same worker (bench --trace), with its sample count."""
+    d = ((t["final"] or {}).get("trace") or {}).get(side)
+    return f"{_lat(d)} (n={d['count']}, max {fmt_ns(d['max_ns'])})" if d else "-"
 
 
 def _floor(o: dict[str, Any] | None) -> str:

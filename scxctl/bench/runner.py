@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scxctl import __version__, paths
 from scxctl.bench import adaptive, fairness
@@ -23,6 +23,9 @@ from scxctl.errors import ExitCode, ScxctlError, UsageError
 from scxctl.fsutil import atomic_write_text
 from scxctl.log import get_logger
 from scxctl.sysfs import SysRoot, read_sched_ext
+
+if TYPE_CHECKING:
+    from scxctl.bench.ktrace import BenchTracer
 
 log = get_logger("scxctl.bench")
 
@@ -62,6 +65,7 @@ class BenchOptions:
     max_time: float = 10.0
     cpu: int | None = None
     start_timeout_s: float = 60.0
+    trace: bool = False  # also measure the workers' wake-ups in the kernel (scxctl.bench.ktrace, bcc)
 
 
 @dataclass
@@ -125,7 +129,8 @@ def _status(info: TestInfo, final: Measurement | None) -> tuple[str, bool | None
     return ("pass" if passed else "fail"), passed, False
 
 
-def _run_test(info: TestInfo, opts: BenchOptions, topo: Topology, cpu: int, env: Env) -> dict[str, Any]:
+def _run_test(info: TestInfo, opts: BenchOptions, topo: Topology, cpu: int, env: Env,
+              tracer: BenchTracer | None = None) -> dict[str, Any]:
     result: dict[str, Any] = {
         "test": info.name,
         "threshold": info.threshold,
@@ -146,7 +151,8 @@ def _run_test(info: TestInfo, opts: BenchOptions, topo: Topology, cpu: int, env:
     try:
         result["overhead"] = measure_overhead(env, cpu)
         if info.name == adaptive.NAME:
-            final = adaptive.run(env, cpu, opts.min_time, opts.max_time, out)
+            traced = tracer.wrap(env) if tracer is not None else env
+            final = adaptive.run(traced, cpu, opts.min_time, opts.max_time, out)
         else:
             final = fairness.run(env, topo.online, opts.min_time, opts.max_time, out)
         env.health()  # ejected during the last round?
@@ -181,10 +187,32 @@ def run_bench(
             "max_time_s": opts.max_time,
             "cpu": cpu,
             "schedulers": [s.label for s in opts.schedulers],
+            "trace": opts.trace,
         },
         "runs": [],
         "exit_code": None,
     }
+    tracer = _open_tracer() if opts.trace else None
+    try:
+        _run_all(opts, hooks, sysroot, topo, cpu, report, tracer)
+    finally:
+        if tracer is not None:
+            tracer.close()
+    if tracer is not None:
+        report["options"]["trace_compile_s"] = round(tracer.compile_s, 3)
+    report["exit_code"] = int(exit_code(report))
+    return report
+
+
+def _open_tracer() -> BenchTracer:
+    """Before any scheduler starts: a missing bcc or kernel headers ends the bench at once (exit 7)."""
+    from scxctl.bench.ktrace import BenchTracer
+
+    return BenchTracer()
+
+
+def _run_all(opts: BenchOptions, hooks: Hooks, sysroot: SysRoot | None, topo: Topology, cpu: int,
+             report: dict[str, Any], tracer: BenchTracer | None) -> None:
     for spec in opts.schedulers:
         run: dict[str, Any] = {
             "scheduler": spec.to_json(),
@@ -206,14 +234,12 @@ def run_bench(
             for name in opts.tests:
                 info = TESTS[name]
                 hooks.begin_test(spec.label, info.name)
-                result = _run_test(info, opts, topo, cpu, env)
+                result = _run_test(info, opts, topo, cpu, env, tracer)
                 run["tests"].append(result)
                 hooks.end_test(result)
                 if result["status"] == "invalid":
                     run.update(valid=False, invalid_reason=result["error"])
                     break
-    report["exit_code"] = int(exit_code(report))
-    return report
 
 
 def exit_code(report: dict[str, Any]) -> ExitCode:

@@ -158,7 +158,23 @@ _PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "bpf_link__destroy": (_I, [_P]),
     "bpf_prog_test_run_opts": (_I, [_I, ctypes.POINTER(_TestRunOpts)]),
     "bpf_obj_get_info_by_fd": (_I, [_I, _P, ctypes.POINTER(_U32)]),
+    "bpf_object__btf": (_P, [_P]),
+    "btf__find_by_name_kind": (_I, [_P, _S, _U32]),
+    "btf__type_by_id": (_P, [_P, _U32]),
+    "btf__name_by_offset": (_S, [_P, _U32]),
 }
+
+BTF_KIND_STRUCT = 4
+
+
+class _BtfType(ctypes.Structure):
+    """struct btf_type; a struct's `vlen` struct btf_member entries follow it in memory."""
+
+    _fields_ = [("name_off", ctypes.c_uint32), ("info", ctypes.c_uint32), ("size", ctypes.c_uint32)]
+
+
+class _BtfMember(ctypes.Structure):
+    _fields_ = [("name_off", ctypes.c_uint32), ("type", ctypes.c_uint32), ("offset", ctypes.c_uint32)]
 
 _lib: ctypes.CDLL | None = None
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -576,6 +592,21 @@ class BpfObject:
         if not ptr:
             raise BpfError(f"program {name!r} not found in {self.path.name}")
         return BpfProgram(self, ptr, name)
+
+    def member_offset(self, struct_name: str, member: str) -> int:
+        """Byte offset of `member` in `struct_name` as this object's BTF lays it out (how libbpf
+        reads a struct_ops map's initial value; it translates to the kernel's layout at load)."""
+        btf = lib().bpf_object__btf(self._check_open())
+        type_id = lib().btf__find_by_name_kind(btf, struct_name.encode(), BTF_KIND_STRUCT) if btf else -1
+        if type_id < 0:
+            raise BpfError(f"struct {struct_name} is not in the BTF of {self.path.name}")
+        t = _BtfType.from_address(lib().btf__type_by_id(btf, type_id))
+        kflag = t.info >> 31
+        members = (_BtfMember * (t.info & 0xFFFF)).from_address(ctypes.addressof(t) + ctypes.sizeof(t))
+        for m in members:
+            if lib().btf__name_by_offset(btf, m.name_off) == member.encode():
+                return (m.offset & 0xFFFFFF if kflag else m.offset) // 8
+        raise BpfError(f"struct {struct_name} has no member {member!r} in the BTF of {self.path.name}")
 
     # -- configuration before load
 

@@ -43,6 +43,9 @@ PARTIAL = typer.Option(
 OPS_NAME = typer.Option(
     None, "--ops-name", help="Expected /sys/kernel/sched_ext/root/ops (default: derived)."
 )
+TRACE = typer.Option(
+    False, "--trace", help="Also measure the workers' wake-up to run latency in the kernel (bcc; root)."
+)
 START_TIMEOUT = typer.Option(60.0, "--start-timeout", help="Seconds to wait for the scheduler to be enabled.")
 ARGS = typer.Argument(None, help="Arguments for an external scheduler binary (after --).")
 
@@ -91,6 +94,7 @@ def _run(
     ops_name: str | None,
     start_timeout: float,
     args: list[str] | None,
+    trace: bool = False,
 ) -> None:
     from scxctl.bench.render import LiveProgress, print_report, quiet_lines
 
@@ -101,6 +105,7 @@ def _run(
         max_time=max_time,
         cpu=cpu,
         start_timeout_s=start_timeout,
+        trace=trace,
     )
     live = LiveProgress(
         ui.err, enabled=not (quiet or json_output), log_measurements=not (quiet or json_output)
@@ -141,6 +146,7 @@ def _command(tests: list[str], doc: str) -> object:
         partial: bool = PARTIAL,
         ops_name: str | None = OPS_NAME,
         start_timeout: float = START_TIMEOUT,
+        trace: bool = TRACE,
         args: list[str] | None = ARGS,
     ) -> None:
         _run(
@@ -157,6 +163,7 @@ def _command(tests: list[str], doc: str) -> object:
             ops_name,
             start_timeout,
             args,
+            trace,
         )
 
     command.__doc__ = doc

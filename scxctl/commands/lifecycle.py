@@ -33,6 +33,7 @@ def render_status(st: dict[str, Any]) -> None:
     ui.line(f"desired:    {want if d['enabled'] else 'disabled'} (set {_ago(d['updated_at']) or 'never'})")
     ui.line(
         f"supervisor: {s['phase']}, pid {s['pid'] or '-'}, restarts {s['restart_count']}, "
+        f"re-attaches {s.get('reattach_count', 0)} (kernel-requested, not failures), "
         f"failures in window {s['failures_in_window']}"
     )
     last = s["last_exit"]

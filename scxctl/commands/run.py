@@ -21,6 +21,10 @@ _DIRECT_HELP = (
     "Let BPF place the wake-ups of tasks the policy marked latency-critical (preempt) at once; the "
     "policy still sees each one and can withdraw the grant."
 )
+_NEW_HELP = (
+    "Let BPF place a task's first run (a fork) behind the running deadlines, without a round trip; "
+    "the policy still sees it and decides from its next enqueue on."
+)
 _PARTIAL_HELP = "Only schedule tasks that chose SCHED_EXT (policy 7); all others stay on the fair class."
 
 
@@ -33,6 +37,7 @@ def run(
     ] = "deadline",
     builtin_idle: Annotated[bool, typer.Option("--builtin-idle/--no-builtin-idle", help=_IDLE_HELP)] = True,
     direct_wake: Annotated[bool, typer.Option("--direct-wake/--no-direct-wake", help=_DIRECT_HELP)] = True,
+    new_direct: Annotated[bool, typer.Option("--new-direct/--no-new-direct", help=_NEW_HELP)] = True,
     slice_us: Annotated[
         int, typer.Option("--slice-us", min=1, help="User-space scheduling budget in us (vruntime scale).")
     ] = 20_000,
@@ -48,6 +53,12 @@ def run(
     max_backlog: Annotated[
         int, typer.Option("--max-backlog", min=1, help="Tasks Python may lag before BPF schedules them.")
     ] = 1024,
+    policy_budget_ms: Annotated[
+        int,
+        typer.Option("--policy-budget-ms", min=0, metavar="MS",
+                     help="A policy that does not return from decide() within MS detaches pyland "
+                          "(exit 1; 0: no watchdog)."),
+    ] = 100,
     allow_stale: Annotated[
         bool, typer.Option("--allow-stale", help="Load a BPF object whose build hash does not match bpf/.")
     ] = False,
@@ -57,18 +68,24 @@ def run(
 ) -> None:
     """Run pyland (scheduling decisions in Python) in the foreground; Ctrl-C or SIGTERM detaches it.
 
-    Exit status: 0 after a clean detach, 1 when the policy raised, 2 usage (bad policy file), 3 not
-    root, 4 no sched_ext, 5 another scheduler loaded, 7 BPF object missing/stale or verifier
-    rejection, 8 the kernel ejected pyland.
+    The first SIGINT/SIGTERM detaches and exits, even while the policy is stuck; a second one exits
+    at once (130). When the kernel asks for a restart (a CPU went offline or online), pyland attaches
+    again with the same policy object, at most 10 times a minute.
+
+    Exit status: 0 after a clean detach, 1 when the policy raised or overran --policy-budget-ms, 2
+    usage (bad policy file), 3 not root, 4 no sched_ext, 5 another scheduler loaded, 7 BPF object
+    missing/stale or verifier rejection, 8 the kernel ejected pyland (or asked for too many restarts),
+    130 a second signal.
     """
     from scxctl.pyland.scheduler import RunOptions, run_pyland
 
     if slice_min_us > slice_us:
         raise UsageError(f"--slice-min-us ({slice_min_us}) must not exceed --slice-us ({slice_us})")
-    opts = RunOptions(policy=policy, builtin_idle=builtin_idle, direct_wake=direct_wake, slice_us=slice_us,
+    opts = RunOptions(policy=policy, builtin_idle=builtin_idle, direct_wake=direct_wake,
+                      new_direct=new_direct, slice_us=slice_us,
                       slice_min_us=slice_min_us,
                       partial=partial, stats_interval=stats_interval, max_backlog=max_backlog,
-                      allow_stale=allow_stale,
+                      allow_stale=allow_stale, policy_budget_ms=policy_budget_ms,
                       object_path=bpf_object)
     res = run_pyland(opts)
     loop, bpf = res.loop_stats, res.bpf_stats
@@ -76,7 +93,8 @@ def run(
         f"pyland: {loop['consumed']} tasks queued to Python, {loop['written']} decisions, "
         f"{bpf['nr_dispatched']} applied, {bpf['nr_stale']} stale, {bpf['nr_ring_full']} ring-full and "
         f"{bpf['nr_backlog']} backlog fallbacks, {bpf['nr_direct']} direct (idle CPU), "
-        f"{bpf['nr_kthread']} kthreads; loop CPU "
+        f"{bpf['nr_kthread']} kthreads, {bpf['nr_stalled']} placed while the policy overran, "
+        f"{res.restarts} restarts; loop CPU "
         f"{loop['busy_cpu_ns'] / 1e6:.1f} ms, wall {loop['busy_wall_ns'] / 1e6:.1f} ms",
         err=True,
     )

@@ -394,7 +394,7 @@ class Daemon:
         if owner == "scxctl":
             return (
                 f"{sup['scheduler']} ({sup['mode']}) running, pid {sup['pid']}, "
-                f"restarts {sup['restart_count']}"
+                f"restarts {sup['restart_count']}, re-attaches {sup['reattach_count']}"
             )
         if owner == "other":
             return f"another scheduler ({kernel.ops or kernel.state}) is loaded, not managed by scxctl"

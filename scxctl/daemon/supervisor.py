@@ -4,6 +4,8 @@ Each step answers one of scx_loader's weak points: success means the kernel says
 loaded (not that a process started); an ejection is noticed even when the child keeps running;
 restarts back off exponentially (capped) and stop after `max_failures` within `failure_window_s`,
 leaving the default scheduler; a stop escalates from the stop signal to SIGKILL after a timeout.
+A child that re-attaches by itself when the kernel asks (pyland on CPU hotplug logs REATTACH_EVENT)
+is counted apart (reattach_count) and never as a failure: it did what the kernel asked.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import collections
 import contextlib
 import enum
+import json
 import os
 import signal
 import time
@@ -29,6 +32,7 @@ log = get_logger("scxctl.daemon")
 
 _VERIFY_POLL_S = 0.05
 _OUTPUT_TAIL = 50
+REATTACH_EVENT = '"event": "pyland restarting"'  # scxctl.pyland.scheduler's JSON log line
 
 
 class Phase(enum.StrEnum):
@@ -68,6 +72,9 @@ class Supervisor:
         self.phase = Phase.IDLE
         self.proc: asyncio.subprocess.Process | None = None
         self.restart_count = 0
+        # re-attaches the child did itself when the kernel asked (CPU hotplug): not failures
+        self.reattach_count = 0
+        self._reattach_at = 0.0
         self.last_exit: ExitInfo | None = None
         self.gave_up: dict[str, Any] | None = None
         self.enable_latency_s: float | None = None  # spawn -> kernel enabled, last start
@@ -102,6 +109,7 @@ class Supervisor:
         await self.stop("replaced")
         self.spec = spec
         self.restart_count = 0
+        self.reattach_count = 0
         self.gave_up = None
         self._failures.clear()
         self._first = asyncio.get_running_loop().create_future()
@@ -134,6 +142,7 @@ class Supervisor:
             "expected_ops": self.spec.ops if self.spec else None,
             "pid": self.proc.pid if self.proc is not None and self.proc.returncode is None else None,
             "restart_count": self.restart_count,
+            "reattach_count": self.reattach_count,
             "failures_in_window": len(self._failures),
             "uptime_s": round(now - self.running_since, 1) if self.running_since else None,
             "enable_latency_s": self.enable_latency_s,
@@ -336,6 +345,9 @@ class Supervisor:
                 continue
             now = time.monotonic()
             lost_since = lost_since or now
+            # a child re-attaching on the kernel's request gets the time a fresh start gets to switch
+            if now - self._reattach_at < grace + self.limits.verify_timeout_s:
+                continue
             if now - lost_since >= grace:
                 reason = f"kernel no longer runs {spec.ops!r} (state={kernel.state}, ops={kernel.ops})"
                 log.error("scheduler_ejected", scheduler=spec.scheduler, pid=proc.pid, reason=reason)
@@ -394,6 +406,16 @@ class Supervisor:
             kernel_ops=kernel.ops,
         )
 
+    def _note_reattach(self, spec: ChildSpec, proc: asyncio.subprocess.Process, line: str) -> None:
+        try:
+            reason = json.loads(line).get("reason", "")
+        except ValueError:
+            return
+        self.reattach_count += 1
+        self._reattach_at = time.monotonic()
+        log.info("scheduler_reattaching", scheduler=spec.scheduler, pid=proc.pid, reason=reason,
+                 reattach_count=self.reattach_count)
+
     async def _read_output(self, proc: asyncio.subprocess.Process, spec: ChildSpec) -> None:
         """Keep the child's last lines (the exit reason is on the last one); read in chunks: no line limit."""
         assert proc.stdout is not None
@@ -410,6 +432,8 @@ class Supervisor:
             for raw in lines:
                 line = raw.decode("utf-8", "replace").rstrip()
                 self.output.append(line)
+                if REATTACH_EVENT in line:
+                    self._note_reattach(spec, proc, line)
                 log.debug("scheduler_output", scheduler=spec.scheduler, pid=proc.pid, line=line)
         if pending:
             self.output.append(pending.decode("utf-8", "replace").rstrip())

@@ -11,7 +11,11 @@ The kernel/user hand-off rules of a user-space scheduler shape every line here:
 - the hot path has no logging and no allocation per record: ONE Task and ONE Decision are reused,
   counters are plain ints, and the periodic summary is built outside the per-record loop;
 - wall time AND thread CPU time are measured per batch: a long wall time with little CPU time
-  means the scheduler was off-CPU, not slow.
+  means the scheduler was off-CPU, not slow;
+- the time the batch enters the policy is published (policy_since, 0 when it leaves): the BPF core
+  stops handing tasks to a policy past its budget, and the watchdog thread detaches pyland;
+- a decision's pid and generation are the record's, whatever the policy wrote: a wrong one would
+  leave its task waiting for a decision that never comes.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from scxctl.pyland.policy import Decision, Policy, Task, batch_end_hook
-from scxctl.pyland.records import DECISION, NR_CONSUMED, NR_SCHEDULED, NR_WRITTEN, TASK
+from scxctl.pyland.records import DECISION, NR_CONSUMED, NR_SCHEDULED, NR_WRITTEN, POLICY_SINCE, TASK
 from scxctl.pyland.shared import SharedState
 
 DEFAULT_BATCH = 256
@@ -142,28 +146,35 @@ class SchedulerLoop:
         decide = self.policy.decide
         write = self.writer.write
         written = 0
+        counters[POLICY_SINCE] = time.monotonic_ns()
         for rec in records:
             (task.pid, task.cpu, task.nr_cpus_allowed, task.flags, task.start_ts, task.stop_ts,
              task.exec_runtime, task.weight, task.vtime, task.enq_cnt, task.comm) = rec
             try:  # zero-cost unless it raises (3.11+); only the policy's own errors are wrapped
                 decide(task, decision)
             except Exception as exc:
+                counters[POLICY_SINCE] = 0
                 raise PolicyFailed(self.policy.name, exc) from exc
             # keep the order: once one decision waits, every later one waits behind it
-            if not pending and write(DECISION, decision.pid, decision.cpu, 1 if decision.preempt else 0,
-                                     decision.slice_ns, decision.deadline, decision.vtime, decision.enq_cnt):
+            if not pending and write(DECISION, task.pid, decision.cpu, 1 if decision.preempt else 0,
+                                     decision.slice_ns, decision.deadline, decision.vtime, task.enq_cnt):
                 written += 1
             else:  # the user ring is full: the pool keeps this decision (rare: a tuple is fine)
                 if not pending:
                     st.ring_full += 1
-                pending.append((decision.pid, decision.cpu, 1 if decision.preempt else 0,
-                                decision.slice_ns, decision.deadline, decision.vtime, decision.enq_cnt))
+                pending.append((task.pid, decision.cpu, 1 if decision.preempt else 0,
+                                decision.slice_ns, decision.deadline, decision.vtime, task.enq_cnt))
 
         st.written += written
         st.batches += 1
         counters[NR_WRITTEN] = st.written
         if self._batch_end is not None:
-            self._batch_end(time.monotonic_ns())
+            try:
+                self._batch_end(time.monotonic_ns())
+            except Exception as exc:
+                counters[POLICY_SINCE] = 0
+                raise PolicyFailed(self.policy.name, exc) from exc
+        counters[POLICY_SINCE] = 0
         wall = time.perf_counter_ns() - wall0
         cpu = time.thread_time_ns() - cpu0
         st.busy_wall_ns += wall

@@ -33,8 +33,10 @@ TASK = struct.Struct("=iiIIQQQQQQ16s")
 # struct pyland_decision: pid, cpu, flags, slice_ns, deadline, vtime, enq_cnt
 DECISION = struct.Struct("=iiQQQQQ")
 # struct pyland_config (.rodata): slice_ns, usersched_tgid, builtin_idle, timer_ns, max_backlog, starve_ns,
-# direct_wake_ns
-CONFIG = struct.Struct("=QIIQQQQ")
+# direct_wake_ns, max_slice_ns, stall_ns, new_direct
+CONFIG = struct.Struct("=QIIQQQQQQQ")
+# ops.exit's exit_code when the BPF core stopped pyland because user space made no progress
+EXIT_STALLED = 0x70796C01
 
 # struct pyland_shared (.bss): u64 counters in this order, then struct pyland_exit_info
 SHARED_COUNTERS = (
@@ -62,18 +64,29 @@ SHARED_COUNTERS = (
     "nr_quiet",
     "nr_deadline_preempts",
     "compat_missing",
+    "nr_clamped",
+    "nr_malformed",
+    "nr_stalled",
+    "nr_idle_picks",
+    "nr_fair_new",
+    "nr_new_direct",
+    "vtime_now",
+    "progress_seen",
+    "progress_at",
     # written by user space
     "nr_consumed",
     "nr_scheduled",
     "nr_written",
+    "policy_since",
 )
 COUNTER_INDEX = {name: i for i, name in enumerate(SHARED_COUNTERS)}
 NR_CONSUMED = COUNTER_INDEX["nr_consumed"]
 NR_SCHEDULED = COUNTER_INDEX["nr_scheduled"]
 NR_WRITTEN = COUNTER_INDEX["nr_written"]
+POLICY_SINCE = COUNTER_INDEX["policy_since"]
 EXIT_OFFSET = 8 * len(SHARED_COUNTERS)
 # struct pyland_exit_info: kind, exit_code, reason[128], msg[1024]
 EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")
 SHARED_SIZE = EXIT_OFFSET + EXIT_INFO.size
 
-assert TASK.size == 80 and DECISION.size == 48 and CONFIG.size == 48 and SHARED_SIZE == 1376
+assert TASK.size == 80 and DECISION.size == 48 and CONFIG.size == 72 and SHARED_SIZE == 1456

@@ -8,31 +8,43 @@ Order matters and each step says why:
    imported -- because once attached, every task on the machine waits for this one thread;
 3. attach, then run the loop at once; the loop itself confirms sysfs shows pyland enabled (ops.init
    can fail after a "successful" attach);
-4. every exit path detaches (try/finally, atexit, SIGINT/SIGTERM through the loop), then reports the
-   exit kind, reason and message the BPF side recorded in ops.exit.
+4. every exit path detaches (try/finally, atexit, SIGINT/SIGTERM through the loop, the policy
+   watchdog), then reports the exit kind, reason and message the BPF side recorded in ops.exit;
+5. when the kernel asks for a restart (CPU hotplug), the object is opened and attached again with
+   the same policy object, so the policy keeps its state; a bounded number of times per minute.
+
+Signals: the first SIGINT/SIGTERM stops the loop; inside the policy's code it also unwinds the
+policy (StopRequested), so a stuck policy cannot hold the exit. A second one detaches and exits at
+once, whatever the main thread is doing.
 """
 
 from __future__ import annotations
 
 import atexit
+import collections
 import ctypes
 import gc
+import inspect
 import os
 import resource
 import signal
+import struct
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from scxctl import log as logsetup
 from scxctl.bpf import object as bpfobject
-from scxctl.bpf.libbpf import BpfLink, BpfObject
+from scxctl.bpf.libbpf import BpfError, BpfLink, BpfObject
 from scxctl.bpf.ringbuf import open_reader, open_writer
 from scxctl.errors import ExitCode, PermissionDenied, ScxctlError
 from scxctl.pyland.loop import PolicyFailed, SchedulerLoop
-from scxctl.pyland.policy import NSEC_PER_MSEC, NSEC_PER_USEC, PolicyOptions, load_policy
-from scxctl.pyland.records import COMPAT_MISSING, CONFIG, OPS_NAME
+from scxctl.pyland.policy import NSEC_PER_MSEC, NSEC_PER_USEC, Policy, PolicyOptions, load_policy
+from scxctl.pyland.records import COMPAT_MISSING, CONFIG, EXIT_STALLED, OPS_NAME, POLICY_SINCE
 from scxctl.pyland.shared import EXIT_UNREG, ExitInfo, SharedState
+from scxctl.pyland.watchdog import PolicyStuck, PolicyWatchdog, StuckReport
 from scxctl.sysfs import STATE_DISABLED, SysRoot, read_sched_ext
 
 log = logsetup.get_logger("scxctl.pyland")
@@ -41,7 +53,21 @@ OPS_MAP = "pyland_ops"
 PARTIAL_OPS_MAP = "pyland_partial_ops"
 TIMER_NS = 100 * NSEC_PER_MSEC
 MCL_CURRENT, MCL_FUTURE = 1, 2
+# include/linux/sched/ext.h: the exit code's action bits; a restart is asked for on CPU hotplug
+SCX_ECODE_ACT_RESTART = 1 << 48
+RESTART_KINDS = (65, 66)  # UNREG_BPF, UNREG_KERN: the only kinds a restart request comes with
+RESTART_LIMIT = 10  # restarts within RESTART_WINDOW_S before giving up (a hotplug storm, a bug)
+RESTART_WINDOW_S = 60.0
 
+
+class StopRequested(BaseException):
+    """Raised by the first SIGINT/SIGTERM inside the policy's code: unwinds a policy that would not
+    return; a BaseException so that the policy's `except Exception` lets it pass."""
+
+
+def restart_requested(info: ExitInfo | None) -> bool:
+    """Did the kernel ask the scheduler to re-attach (what scx's schedulers do on CPU hotplug)?"""
+    return info is not None and info.kind in RESTART_KINDS and bool(info.exit_code & SCX_ECODE_ACT_RESTART)
 
 @dataclass
 class RunOptions:
@@ -53,8 +79,10 @@ class RunOptions:
     stats_interval: float = 5.0  # 0: no periodic summary
     max_backlog: int = 1024  # records Python may be behind before BPF schedules new tasks itself
     direct_wake: bool = True  # latency-critical tasks (the policy's preempt) wake without a round trip
+    new_direct: bool = True  # a task's first enqueue is placed by BPF; the policy is told quietly
     starve_ms: int = 1000  # a task waiting this long in a DSQ runs next, whatever its deadline
     allow_stale: bool = False
+    policy_budget_ms: int = 100  # decide() running longer detaches pyland (0: no watchdog)
     attach_timeout: float = 10.0  # seconds for sysfs to show pyland enabled after attach
     exit_timeout: float = 5.0  # seconds to wait for ops.exit after detaching
     object_path: Path | None = None  # None: the search order of scxctl.bpf.object
@@ -69,6 +97,7 @@ class RunResult:
     message: str
     loop_stats: dict[str, int]
     bpf_stats: dict[str, int]
+    restarts: int = 0
 
 
 def preflight(sysroot: SysRoot) -> None:
@@ -92,18 +121,25 @@ def policy_options(opts: RunOptions) -> PolicyOptions:
                          min_slice_ns=opts.slice_min_us * NSEC_PER_USEC, builtin_idle=opts.builtin_idle)
 
 
-def open_configured(path: Path, opts: RunOptions) -> BpfObject:
+def open_configured(path: Path, opts: RunOptions, hotplug_seq: int | None = None) -> BpfObject:
     """The pyland object opened and configured for `opts`, not yet loaded.
 
     The one place that configures the object, so that `scxctl doctor`'s trial load verifies exactly
-    what `scxctl run` would load: the same .rodata and the same one of the two struct_ops maps."""
+    what `scxctl run` would load: the same .rodata and the same one of the two struct_ops maps.
+    `hotplug_seq` (from sysfs, read before this) makes the kernel refuse the attach, or ask for a
+    restart, when a CPU came or went in between: the object was sized for the CPUs seen here."""
     popts = policy_options(opts)
     obj = BpfObject.open(path, sysroot=opts.sysroot)
     try:
         obj.set_rodata_bytes(0, CONFIG.pack(popts.min_slice_ns, os.getpid(), int(opts.builtin_idle), TIMER_NS,
                                             opts.max_backlog, opts.starve_ms * NSEC_PER_MSEC,
-                                            popts.slice_ns if opts.direct_wake else 0))
+                                            popts.slice_ns if opts.direct_wake else 0, popts.slice_ns,
+                                            opts.policy_budget_ms * NSEC_PER_MSEC, int(opts.new_direct)))
         obj.map(OPS_MAP if opts.partial else PARTIAL_OPS_MAP).set_autocreate(False)
+        if hotplug_seq:
+            off = obj.member_offset("sched_ext_ops", "hotplug_seq")
+            ops = obj.map(PARTIAL_OPS_MAP if opts.partial else OPS_MAP).initial_value()
+            struct.pack_into("=Q", ops, off, hotplug_seq)
     except BaseException:
         obj.close()
         raise
@@ -152,32 +188,68 @@ class _Stop:
 class Scheduler:
     def __init__(self, opts: RunOptions) -> None:
         self.opts = opts
+        self.path: Path | None = None
+        self.policy: Policy | None = None
         self.obj: BpfObject | None = None
         self.link: BpfLink | None = None
         self.shared: SharedState | None = None
         self.loop: SchedulerLoop | None = None
+        self.watchdog: PolicyWatchdog | None = None
+        self.stuck: StuckReport | None = None
+        self.restarts = 0
+        self._restart_times: collections.deque[float] = collections.deque()
+        self._totals: collections.Counter[str] = collections.Counter()  # loop stats of earlier attaches
         self._stop = _Stop()
         self._confirmed = False
         self._attach_deadline = 0.0
         self._next_stats = 0.0
         self._kernel_exit = False
+        self._in_loop = False
+        self._hotplug_refused = False
+        self._detach_lock = threading.Lock()
 
     # -- set-up, all before attach
 
     def prepare(self) -> None:
         o = self.opts
-        policy = load_policy(o.policy, policy_options(o))  # USAGE errors, validated before anything else
+        self.policy = load_policy(o.policy, policy_options(o))  # USAGE errors, before anything else
         preflight(o.sysroot)
-        path = o.object_path or bpfobject.resolve(o.allow_stale)
-        self.obj = obj = open_configured(path, o)
+        self.path = o.object_path or bpfobject.resolve(o.allow_stale)
+        self._open()
+        log.info("pyland loaded", object=str(self.path), policy=self.policy.name, partial=o.partial,
+                 builtin_idle=o.builtin_idle, direct_wake=o.direct_wake, new_direct=o.new_direct,
+                 slice_us=o.slice_us,
+                 slice_min_us=o.slice_min_us, policy_budget_ms=o.policy_budget_ms)
+
+    def _open(self) -> None:
+        """Open, configure and load a fresh object; the policy object is kept across restarts."""
+        assert self.path is not None and self.policy is not None
+        hotplug_seq = read_sched_ext(self.opts.sysroot).hotplug_seq
+        self.obj = obj = open_configured(self.path, self.opts, hotplug_seq)
         obj.load()
         self.shared = SharedState(obj.map(".bss").initial_value())
         reader = open_reader(obj.map("queued").fd)
         writer = open_writer(obj.map("dispatched").fd)
-        self.loop = SchedulerLoop(reader, writer, self.shared, policy)
-        log.info("pyland loaded", object=str(path), policy=policy.name, partial=o.partial,
-                 builtin_idle=o.builtin_idle, direct_wake=o.direct_wake, slice_us=o.slice_us,
-                 slice_min_us=o.slice_min_us)
+        self.loop = SchedulerLoop(reader, writer, self.shared, self.policy)
+        self._confirmed = False
+        self._kernel_exit = False
+
+    def _close_object(self) -> None:
+        self.detach()
+        if self.loop is not None:
+            self._totals.update(self.loop.stats.as_dict())
+            for end in (self.loop.reader, self.loop.writer):
+                close = getattr(end, "close", None)
+                if close is not None:
+                    close()
+            self.loop = None
+        if self.shared is not None:
+            self.shared.release()
+            self.shared = None
+        if self.obj is not None:
+            self.obj.close()
+            self.obj = None
+        self.link = None
 
     # -- the loop's periodic service (outside the per-record path)
 
@@ -192,7 +264,8 @@ class Scheduler:
             st = read_sched_ext(self.opts.sysroot)
             if st.enabled and st.ops == OPS_NAME:
                 self._confirmed = True
-                log.info("pyland enabled", state=st.state, ops=st.ops, switch_all=st.switch_all)
+                log.info("pyland enabled", state=st.state, ops=st.ops, switch_all=st.switch_all,
+                         restarts=self.restarts)
                 if missing := compat_missing(self.shared.snapshot()["compat_missing"]):
                     log.warning("this kernel cannot give pyland some facilities; it runs without them",
                                 kernel=os.uname().release, missing=missing)
@@ -201,37 +274,59 @@ class Scheduler:
         if self.opts.stats_interval > 0 and now >= self._next_stats:
             self._next_stats = now + self.opts.stats_interval
             log.info("pyland stats", **self.loop.stats.as_dict(), **self.shared.snapshot(),
-                     **{f"policy_{k}": v for k, v in self.loop.policy.stats().items()})
+                     **{f"policy_{k}": v for k, v in self.loop.policy.stats().items()},
+                     restarts=self.restarts)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
-        self._stop.reason = f"signal {signal.Signals(signum).name}"
+        name = signal.Signals(signum).name
+        if self._stop.reason is not None and self._stop.reason.startswith("signal"):
+            self._force_exit(name)
+        self._stop.reason = f"signal {name}"
+        shared = self.shared
+        if self._in_loop and shared is not None and shared.counters[POLICY_SINCE]:
+            raise StopRequested(name)
+
+    def _force_exit(self, signame: str) -> None:
+        """The second signal: detach now and end the process, whatever the main thread was doing."""
+        self.detach()
+        sys.stderr.write(f"scxctl: second {signame}: pyland detached, exiting at once\n")
+        sys.stderr.flush()
+        os._exit(ExitCode.INTERRUPTED)
+
+    def _on_stuck(self, report: StuckReport) -> None:
+        self.stuck = report
+        self._stop.reason = self._stop.reason or "policy stuck"
 
     # -- attach, loop, detach
 
     def detach(self) -> None:
-        if self.link is not None and self.link.attached:
-            self.link.destroy()
+        """Idempotent and thread-safe: the watchdog thread and a second signal call it too."""
+        with self._detach_lock:
+            if self.link is not None and self.link.attached:
+                self.link.destroy()
 
     def run(self) -> RunResult:
         assert self.obj is not None and self.loop is not None and self.shared is not None
-        loop = self.loop
         rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         old_wakeup = signal.set_wakeup_fd(wfd)  # a signal wakes the epoll wait at once
         old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         atexit.register(self.detach)
-        failure: PolicyFailed | None = None
         _harden()
         try:
-            now = time.monotonic()
-            self._attach_deadline = now + self.opts.attach_timeout
-            self._next_stats = now + self.opts.stats_interval
-            self.link = self.obj.attach_struct_ops(PARTIAL_OPS_MAP if self.opts.partial else OPS_MAP)
-            try:
-                loop.run(self._stop, self._service, extra_fds=(rfd,))
-            except PolicyFailed as exc:
-                failure = exc
+            while True:
+                info, failure = self._run_attached(rfd)
+                if not self._should_restart(info):
+                    return self._result(info, failure)
+                if len(self._restart_times) >= RESTART_LIMIT:
+                    res = self._result(info, failure)
+                    n = len(self._restart_times)
+                    return RunResult(info, "kernel", ExitCode.EJECTED,
+                                     f"the kernel asked pyland to restart {n} times within "
+                                     f"{RESTART_WINDOW_S:g} s; giving up: {res.message}",
+                                     res.loop_stats, res.bpf_stats, self.restarts)
+                self._restart(info)
         finally:
-            self.detach()  # first, whatever happened: the machine must not wait for a dead loop
+            self.detach()
             gc.enable()
             signal.set_wakeup_fd(old_wakeup)
             for s, h in old_handlers.items():
@@ -239,8 +334,85 @@ class Scheduler:
             os.close(rfd)
             os.close(wfd)
             atexit.unregister(self.detach)
-        info = self._wait_exit_info()
-        return self._result(info, failure)
+
+    def _should_restart(self, info: ExitInfo | None) -> bool:
+        if self._stop.reason != "kernel" or not restart_requested(info):
+            return False
+        now = time.monotonic()
+        while self._restart_times and now - self._restart_times[0] > RESTART_WINDOW_S:
+            self._restart_times.popleft()
+        return True
+
+    def _restart(self, info: ExitInfo | None) -> None:
+        self.restarts += 1
+        self._restart_times.append(time.monotonic())
+        log.warning("pyland restarting", reason=info.describe() if info else "attach refused",
+                    restarts=self.restarts, restarts_in_window=len(self._restart_times))
+        self._close_object()
+        self._stop.reason = None
+        gc.enable()  # the new object's set-up allocates; frozen again before the next attach
+        self._open()
+
+    def _attach(self) -> None:
+        """Attach; a refusal because a CPU came or went since the object was opened is a restart."""
+        assert self.obj is not None and self.shared is not None
+        seq = read_sched_ext(self.opts.sysroot).hotplug_seq
+        try:
+            self.link = self.obj.attach_struct_ops(PARTIAL_OPS_MAP if self.opts.partial else OPS_MAP)
+        except BpfError:
+            if read_sched_ext(self.opts.sysroot).hotplug_seq == seq:
+                raise
+            self._stop.reason = "kernel"
+            self._kernel_exit = True
+            self._hotplug_refused = True
+
+    def _run_attached(self, rfd: int) -> tuple[ExitInfo | None, PolicyFailed | None]:
+        """One attachment: attach, watch the policy, loop, detach; the exit info ops.exit recorded."""
+        assert self.obj is not None and self.loop is not None and self.shared is not None
+        assert self.policy is not None
+        failure: PolicyFailed | None = None
+        self._hotplug_refused = False
+        _harden()
+        now = time.monotonic()
+        self._attach_deadline = now + self.opts.attach_timeout
+        self._next_stats = now + self.opts.stats_interval
+        self._attach()
+        if self._hotplug_refused:
+            refused = ExitInfo(66, SCX_ECODE_ACT_RESTART, "attach refused", "a CPU came or went in set-up")
+            return refused, None
+        if self.opts.policy_budget_ms > 0:
+            self.watchdog = PolicyWatchdog(self.shared.counters, self.opts.policy_budget_ms * NSEC_PER_MSEC,
+                                           self.policy.name, _policy_file(self.policy), self.detach,
+                                           exit_code=ExitCode.FAILURE, on_trip=self._on_stuck)
+            self.watchdog.start()
+        try:
+            self._in_loop = True
+            self.loop.run(self._stop, self._service, extra_fds=(rfd,))
+        except PolicyFailed as exc:
+            failure = exc
+        except (PolicyStuck, StopRequested):
+            pass  # the reason is in self.stuck / self._stop
+        finally:
+            self._in_loop = False
+            self._quiesce()
+            t0 = time.monotonic()
+            self.detach()  # first, whatever happened: the machine must not wait for a dead loop
+            log.info("pyland detached", reason=self._stop.reason,
+                     detach_ms=round((time.monotonic() - t0) * 1e3, 1))
+        return self._wait_exit_info(), failure
+
+    def _quiesce(self) -> None:
+        """Stop the watchdog; a PolicyStuck it raised just before stopping may still arrive here."""
+        assert self.shared is not None
+        while True:
+            try:
+                self.shared.counters[POLICY_SINCE] = 0
+                if self.watchdog is not None:
+                    self.watchdog.stop()
+                    self.watchdog = None
+                return
+            except PolicyStuck:
+                continue
 
     def _wait_exit_info(self) -> ExitInfo | None:
         assert self.shared is not None
@@ -249,11 +421,20 @@ class Scheduler:
             time.sleep(0.02)
         return self.shared.exit_info() if self.shared.exit_kind() != 0 else None
 
+    def _stats(self) -> dict[str, int]:
+        assert self.loop is not None
+        totals = collections.Counter(self._totals)
+        totals.update(self.loop.stats.as_dict())
+        return {k: totals[k] for k in self.loop.stats.as_dict()}
+
     def _result(self, info: ExitInfo | None, failure: PolicyFailed | None) -> RunResult:
         assert self.loop is not None and self.shared is not None
-        stats = self.loop.stats.as_dict()
+        stats = self._stats()
         bpf_stats = self.shared.snapshot()
         why = info.describe() if info else "no exit info recorded"
+        if self.stuck is not None:
+            msg = f"{self.stuck.message}; pyland detached ({why})"
+            return RunResult(info, "policy stuck", ExitCode.FAILURE, msg, stats, bpf_stats, self.restarts)
         if failure is not None:
             cause = failure.__cause__
             where = ""
@@ -262,31 +443,36 @@ class Scheduler:
                 where = f" ({os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno})"
                 tb = tb.tb_next
             return RunResult(info, "policy error", ExitCode.FAILURE,
-                             f"{failure}{where}; pyland detached ({why})", stats, bpf_stats)
+                             f"{failure}{where}; pyland detached ({why})", stats, bpf_stats, self.restarts)
         reason = self._stop.reason or "?"
+        if self._kernel_exit and info is not None and info.exit_code == EXIT_STALLED:
+            return RunResult(info, "kernel", ExitCode.EJECTED,
+                             f"pyland's BPF core stopped it: user space made no progress ({why})",
+                             stats, bpf_stats, self.restarts)
         if self._kernel_exit and info is not None and info.kind != EXIT_UNREG:
             return RunResult(info, "kernel", ExitCode.EJECTED, f"the kernel ejected pyland: {why}",
-                             stats, bpf_stats)
+                             stats, bpf_stats, self.restarts)
         if reason.startswith("attach check"):
             return RunResult(info, "attach check", ExitCode.FAILURE,
                              f"pyland attached but sysfs never showed it enabled ({reason}): {why}",
-                             stats, bpf_stats)
+                             stats, bpf_stats, self.restarts)
         if info is None or info.kind == EXIT_UNREG:
-            return RunResult(info, reason, ExitCode.OK, f"pyland stopped ({reason}): {why}", stats, bpf_stats)
+            return RunResult(info, reason, ExitCode.OK, f"pyland stopped ({reason}): {why}", stats, bpf_stats,
+                             self.restarts)
         return RunResult(info, reason, ExitCode.EJECTED, f"pyland stopped ({reason}): {why}",
-                         stats, bpf_stats)
+                         stats, bpf_stats, self.restarts)
 
     def close(self) -> None:
-        self.detach()
-        if self.loop is not None:
-            for end in (self.loop.reader, self.loop.writer):
-                close = getattr(end, "close", None)
-                if close is not None:
-                    close()
-        if self.shared is not None:
-            self.shared.release()
-        if self.obj is not None:
-            self.obj.close()
+        t0 = time.monotonic()
+        self._close_object()
+        log.debug("pyland closed", close_ms=round((time.monotonic() - t0) * 1e3, 1))
+
+
+def _policy_file(policy: Policy) -> str | None:
+    try:
+        return inspect.getsourcefile(type(policy))
+    except TypeError:
+        return None
 
 
 def run_pyland(opts: RunOptions) -> RunResult:

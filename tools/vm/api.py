@@ -55,12 +55,14 @@ class VM:
         kernel: str | None = None,
         flavour: str = image.DEFAULT,
         then: str | None = None,
+        headers: bool = False,
     ) -> VMResult:
         """Run `command` in a fresh guest; a guest kernel panic gets up to PANIC_ATTEMPTS boots.
 
         `flavour="installed"` boots the bare image without the working tree (tools.vm.image);
         `then` is a second command, run after a reboot of the same root disk when `command` exits 0
         (the result's code is then the second command's). /results collects what both wrote.
+        `headers`: the kernel's headers installed as linux-headers-RELEASE would (for bcc).
 
         Multi-threaded TCG now and then runs a stale copy of code the guest kernel is patching
         (qemu.accel_args). A fresh boot tells such a flake from a real bug, and the last boot runs
@@ -80,6 +82,7 @@ class VM:
             kernel=kernel,
             flavour=flavour,
             then=then,
+            headers=headers,
         )
         out = runner.run(spec, sink=io.BytesIO())
         attempts = PANIC_ATTEMPTS if retry_on_panic else 1

@@ -52,6 +52,9 @@ def kernel_cmd(
     list_: Annotated[
         bool, typer.Option("--list", help="List the archive's kernels and which are cached; fetch nothing.")
     ] = False,
+    headers: Annotated[
+        bool, typer.Option("--headers", help="Also fetch the kernel's headers (run --headers uses them).")
+    ] = False,
 ) -> None:
     """Download (or reuse) a trixie(-backports) cloud kernel with CONFIG_SCHED_CLASS_EXT=y."""
     try:
@@ -61,6 +64,8 @@ def kernel_cmd(
                 typer.echo(f"{c.abi:<24} {c.version:<22} {'cached' if c.version in have else ''}".rstrip())
             return
         info = kernel.prepare(version, refresh=refresh)
+        if headers:
+            typer.echo(f"headers: {kernel.prepare_headers(info)}")
     except VMError as exc:
         raise _fail(exc) from None
     typer.echo(f"{info.release} ({info.package} {info.version}): {kernel.vmlinuz(info)}")
@@ -140,6 +145,10 @@ def run_cmd(
                      help="After COMMAND exits 0, reboot the same root disk and run this (sh -c); "
                           "exit with its code."),
     ] = None,
+    headers: Annotated[
+        bool, typer.Option("--headers", help="The kernel's headers in the guest, as linux-headers-RELEASE "
+                           "installs them (for bcc); fetched once per kernel.")
+    ] = False,
 ) -> None:
     """Boot the guest, run COMMAND, stream its output, exit with its exit code."""
     try:
@@ -151,7 +160,7 @@ def run_cmd(
     spec = runner.RunSpec(
         command=command_string(command), timeout=timeout, boot_timeout=boot_timeout, systemd=systemd,
         cpus=cpus, mem=mem, copies=copies, results=results, keep=keep, tcg_single=tcg_single,
-        kernel=kernel_version, flavour=flavour, then=then,
+        kernel=kernel_version, flavour=flavour, then=then, headers=headers,
     )  # fmt: skip
     try:
         outcome = runner.run(spec)

@@ -171,6 +171,55 @@ def lib_modules_dir(info: KernelInfo) -> Path:
     return info.dir(kernel_root()) / "lib-modules"
 
 
+def headers_dir(info: KernelInfo) -> Path:
+    """The kernel's headers packages unpacked (usr/src/..., usr/lib/linux-kbuild-...), when prepared."""
+    return info.dir(kernel_root()) / "headers"
+
+
+def headers_ready(info: KernelInfo) -> bool:
+    return (headers_dir(info) / ".complete").is_file()
+
+
+def header_packages(info: KernelInfo) -> list[str]:
+    """What `apt install linux-headers-RELEASE` brings of this very kernel (exact versions)."""
+    abi = abi_of(info.release)
+    names = [f"linux-headers-{info.release}", f"linux-headers-{abi}-common", f"linux-kbuild-{abi}"]
+    return [f"{n}={info.version}" for n in names]
+
+
+def prepare_headers(info: KernelInfo) -> Path:
+    """Download and unpack the kernel's headers beside it (once); bcc in the guest compiles against them.
+
+    Unpacked with dpkg-deb -x like the kernel itself, never installed: the guest sees them through
+    bind mounts of the run disk (tools.vm.rundisk), so the base image stays the same for every kernel.
+    """
+    dest = headers_dir(info)
+    with config.cache_lock("kernel"):
+        if headers_ready(info):
+            return dest
+        apt = PrivateApt(config.cache_dir() / "apt")
+        if not any((apt.root / "state" / "lists").glob("*_Packages*")):
+            apt.update()
+        log.info("fetching kernel headers", release=info.release, version=info.version)
+        with tempfile.TemporaryDirectory(dir=info.dir(kernel_root()), prefix=".headers-") as tmp:
+            work = Path(tmp)
+            try:
+                debs = apt.download(header_packages(info), work / "debs")
+            except VMError:
+                apt.update()  # the lists may predate this kernel's headers
+                debs = apt.download(header_packages(info), work / "debs")
+            _extract(debs, work / "root")
+            shutil.rmtree(work / "root" / "usr" / "share", ignore_errors=True)
+            if not (work / "root" / "usr" / "src" / f"linux-headers-{info.release}").is_dir():
+                raise VMError(f"the headers packages of {info.release} hold no "
+                              f"usr/src/linux-headers-{info.release}")
+            shutil.rmtree(dest, ignore_errors=True)
+            (work / "root").rename(dest)
+        (dest / ".complete").touch()
+    log.info("kernel headers ready", release=info.release, path=str(dest))
+    return dest
+
+
 def candidates(apt: PrivateApt) -> list[Candidate]:
     """The archive's cloud kernels that can still be installed, newest first.
 

@@ -10,6 +10,7 @@ first, `then` on the second, and /results collects what both wrote.
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
 import subprocess
@@ -41,17 +42,48 @@ tracefs /sys/kernel/tracing tracefs defaults 0 0
 """
 
 
-def fstab_run(release: str | None, project: bool = True) -> str:
+def fstab_run(release: str | None, project: bool = True, headers: tuple[str, ...] = ()) -> str:
     """Bind mounts of the run disk's parts to where the guest expects them (both modes).
 
     `project` False (the installed flavour): no /opt/scxctl, so nothing of the working tree is
-    visible in the guest besides what --copy brings.
+    visible in the guest besides what --copy brings. `headers`: directories of the unpacked
+    kernel headers (`usr/src/linux-headers-...`, `usr/lib/linux-kbuild-...`), each bound to the same
+    path in the guest, where the packages would have put them.
     """
     lines = ["/mnt/scxvm/project /opt/scxctl none bind,X-mount.mkdir 0 0"] if project else []
     lines.append("/mnt/scxvm/results /results none bind,X-mount.mkdir 0 0")
     if release is not None:
         lines.append(f"/mnt/scxvm/kernel /lib/modules/{release} none bind,X-mount.mkdir 0 0")
+    lines += [f"/mnt/scxvm/headers/{d} /{d} none bind,X-mount.mkdir 0 0" for d in headers]
     return "\n".join(lines) + "\n"
+
+
+def header_dirs(headers: Path) -> tuple[str, ...]:
+    """The top directories of an unpacked headers tree that the guest needs, relative to it."""
+    found = [*sorted((headers / "usr" / "src").glob("*")),
+             *sorted((headers / "usr" / "lib").glob("linux-kbuild-*"))]
+    return tuple(str(p.relative_to(headers)) for p in found if p.is_dir())
+
+
+def _stage_headers(headers: Path, staging: Path, release: str) -> tuple[str, ...]:
+    """Hard links of the cached headers (no copy: the cache and the run dirs share a file system),
+    and /lib/modules/RELEASE/build and source pointing at them, as linux-headers-RELEASE installs."""
+    try:
+        shutil.copytree(headers, staging / "headers", symlinks=True, copy_function=os.link)
+    except (OSError, shutil.Error):
+        shutil.rmtree(staging / "headers", ignore_errors=True)
+        shutil.copytree(headers, staging / "headers", symlinks=True)
+    dirs = header_dirs(headers)
+    mods = staging / "kernel"
+    for name, target in (("build", f"linux-headers-{release}"), ("source", None)):
+        if target is None:
+            common = [d for d in dirs if d.startswith("usr/src/") and d.endswith("-common")]
+            if not common:
+                continue
+            target = common[0].removeprefix("usr/src/")
+        (mods / name).unlink(missing_ok=True)
+        (mods / name).symlink_to(f"/usr/src/{target}")
+    return dirs
 
 
 @dataclass(frozen=True)
@@ -82,11 +114,13 @@ def stage(
     *,
     then: str | None = None,
     project: bool = True,
+    headers: Path | None = None,
 ) -> str:
     """Fill `staging` with what the run disk holds; returns the run's nonce.
 
     `then`: the command of the second boot (guest.sh runs it once the root disk carries the
     first boot's marker). `project` False leaves the working tree off the disk (installed flavour).
+    `headers`: the kernel's unpacked headers (tools.vm.kernel.prepare_headers), for bcc in the guest.
     """
     staging.mkdir(parents=True, exist_ok=True)
     nonce = secrets.token_hex(8)
@@ -106,8 +140,11 @@ def stage(
                 shutil.copy2(src, tree / item)
     if lib_modules is not None:
         shutil.copytree(lib_modules, staging / "kernel")
+    dirs: tuple[str, ...] = ()
+    if headers is not None and lib_modules is not None and release is not None:
+        dirs = _stage_headers(headers, staging, release)
     (staging / "fstab.light").write_text(FSTAB_LIGHT)
-    (staging / "fstab.run").write_text(fstab_run(release if lib_modules is not None else None, project))
+    (staging / "fstab.run").write_text(fstab_run(release if lib_modules is not None else None, project, dirs))
     lines = []
     for i, c in enumerate(copies):
         if not c.src.exists():

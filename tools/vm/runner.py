@@ -60,6 +60,7 @@ class RunSpec:
     kernel: str | None = None  # a version spec (kernel.prepare); None: the default kernel
     flavour: str = image.DEFAULT  # image.INSTALLED: the bare image, no working tree in the guest
     then: str | None = None  # a second command, run by a second boot of the same root disk
+    headers: bool = False  # the kernel's headers in the guest (for bcc), fetched once per kernel
 
 
 @dataclass
@@ -230,6 +231,7 @@ def run(spec: RunSpec, sink: BinaryIO | None = None) -> Outcome:
         nonce = rundisk.stage(
             work / "stage", spec.command, spec.copies, kernel.lib_modules_dir(info), info.release,
             then=spec.then, project=spec.flavour == image.DEFAULT,
+            headers=kernel.prepare_headers(info) if spec.headers else None,
         )  # fmt: skip
         run_img = work / "run.img"
         rundisk.make(work / "stage", run_img)

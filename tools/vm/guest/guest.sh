@@ -42,7 +42,15 @@ port() {
     return 1
 }
 
+unbind_headers() {  # the kernel headers' bind mounts (run --headers) keep the run disk busy
+    local src dst rest
+    while read -r src dst rest; do
+        [ "${src#/mnt/scxvm/headers/}" != "$src" ] && umount "$dst" 2>/dev/null
+    done <"$R/fstab.run"
+}
+
 finish() {
+    unbind_headers
     if [ "$mode" = light ]; then
         kill -TERM -1 2>/dev/null && sleep 0.2
         kill -KILL -1 2>/dev/null

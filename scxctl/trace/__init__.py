@@ -1,0 +1,1 @@
+"""Kernel-side measurements with bcc: wake-up to run latency (`scxctl trace`, `scxctl bench --trace`)."""

@@ -1,0 +1,336 @@
+"""Wake-up to run latency measured in the kernel with bcc (runqlat's design, filtered by the woken task).
+
+Raw tracepoints: `sched_wakeup` / `sched_wakeup_new` stamp the woken task, `sched_switch` stamps a
+`prev` that stays runnable (preempted) and turns the stamp of `next` into a delay. Only tasks the
+selector wants are stamped, so the filter (tgid, comm, cgroup of the woken task, not the waker's)
+runs in BPF and unwanted tasks cost one hash lookup at switch-in. Delays go into per-group
+quarter-octave histograms (scxctl.trace.hist) with each group's maximum kept beside them; user
+space reads the arrays, never single events.
+
+The program is generated for the selector (constants, no maps to configure) and compiled by bcc at
+start: with the kernel headers of the running kernel, and `-fms-extensions -Wno-microsoft-anon-tag`
+always (6.19+ headers need them; bcc < 0.37 does not add them itself). Only a cgroup filter pulls
+in the cgroup headers, which roughly doubles the compile time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scxctl.errors import ExitCode, ScxctlError, UsageError
+from scxctl.trace import deps
+from scxctl.trace.hist import SLOTS, Histogram
+
+CFLAGS = ("-fms-extensions", "-Wno-microsoft-anon-tag")
+COMM_LEN = 15  # TASK_COMM_LEN - 1: the kernel truncates longer names
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+START_ENTRIES = 65536  # tasks stamped and not yet run: LRU, so exited tasks age out
+
+
+@dataclass(frozen=True)
+class CgroupRef:
+    path: str
+    id: int  # the cgroup2 directory's inode number, which is the kernel's cgroup id (kernfs id)
+    level: int  # depth below the root (the root is 0): the index into cgroup->ancestors[]
+
+
+def resolve_cgroup(arg: str, root: Path = CGROUP_ROOT) -> CgroupRef:
+    """`/sys/fs/cgroup/a/b`, `/a/b` or `a/b` -> the cgroup v2 directory and its id."""
+    if not (root / "cgroup.controllers").is_file():
+        raise UsageError(f"--cgroup needs the cgroup v2 hierarchy at {root}")
+    p = Path(arg)
+    if not p.is_absolute() or not p.is_relative_to(root):
+        p = root / arg.lstrip("/")
+    p = Path(os.path.normpath(p))
+    if not p.is_relative_to(root) or not (p / "cgroup.procs").is_file():
+        raise UsageError(f"no cgroup {arg!r} (looked for {p})")
+    return CgroupRef(str(p), p.stat().st_ino, len(p.relative_to(root).parts))
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Which woken tasks count; all given conditions must hold.
+
+    `comms`: exact task names (each its own histogram group, in order); `prefix`: a name prefix
+    (one group). Without names there is one group holding every selected task.
+    """
+
+    tgid: int | None = None
+    comms: tuple[str, ...] = ()
+    prefix: str | None = None
+    cgroup: CgroupRef | None = None
+
+    @property
+    def groups(self) -> int:
+        return max(len(self.comms), 1)
+
+    def labels(self) -> list[str]:
+        return list(self.comms) or [self.prefix + "*" if self.prefix else "all"]
+
+    def describe(self) -> str:
+        parts = [f"pid {self.tgid}"] if self.tgid is not None else []
+        parts += [f"comm {c}" for c in self.comms] + ([f"comm {self.prefix}*"] if self.prefix else [])
+        parts += [f"cgroup {self.cgroup.path}"] if self.cgroup is not None else []
+        return ", ".join(parts) or "every task"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pid": self.tgid,
+            "comm": list(self.comms) or None,
+            "comm_prefix": self.prefix,
+            "cgroup": None if self.cgroup is None else {"path": self.cgroup.path, "id": self.cgroup.id},
+        }
+
+
+def _name_test(name: str, exact: bool) -> str:
+    """C condition on `c` (the task's comm) for one name; exact also wants the terminator."""
+    raw = name.encode()[:COMM_LEN]
+    if not raw:
+        raise UsageError("a task name to match must not be empty")
+    terms = [f"c[{i}] == {b}" for i, b in enumerate(raw)]
+    if exact and len(raw) < COMM_LEN:
+        terms.append(f"c[{len(raw)}] == 0")
+    return " && ".join(terms)
+
+
+def program(sel: Selector) -> str:
+    """The BPF C text for a selector (constants inlined; see the module docstring)."""
+    lines = ["#include <linux/sched.h>"]
+    if sel.cgroup is not None:
+        lines.append("#include <linux/cgroup.h>")
+    lines += [
+        f"#define SLOTS {SLOTS}",
+        f"#define GROUPS {sel.groups}",
+        "struct stamp { u64 ts; u32 group; };",
+        f'BPF_TABLE("lru_hash", u32, struct stamp, start, {START_ENTRIES});',
+        "BPF_ARRAY(dist, u64, SLOTS * GROUPS);",
+        "BPF_ARRAY(maxv, u64, GROUPS);",
+        "",
+        "static __always_inline int group_of(struct task_struct *p)",
+        "{",
+        "    u32 pid = 0;",
+        "    bpf_probe_read_kernel(&pid, sizeof(pid), &p->pid);",
+        "    if (pid == 0)",
+        "        return -1;",
+    ]
+    if sel.tgid is not None:
+        lines += [
+            "    u32 tgid = 0;",
+            "    bpf_probe_read_kernel(&tgid, sizeof(tgid), &p->tgid);",
+            f"    if (tgid != {int(sel.tgid)})",
+            "        return -1;",
+        ]
+    if sel.cgroup is not None:
+        lines += [
+            "    struct css_set *cs = NULL;",
+            "    struct cgroup *cg = NULL, *anc = NULL;",
+            "    struct kernfs_node *kn = NULL;",
+            "    int level = 0;",
+            "    u64 id = 0;",
+            "    bpf_probe_read_kernel(&cs, sizeof(cs), &p->cgroups);",
+            "    bpf_probe_read_kernel(&cg, sizeof(cg), &cs->dfl_cgrp);",
+            "    bpf_probe_read_kernel(&level, sizeof(level), &cg->level);",
+            f"    if (level < {sel.cgroup.level})",
+            "        return -1;",
+            f"    bpf_probe_read_kernel(&anc, sizeof(anc), &cg->ancestors[{sel.cgroup.level}]);",
+            "    bpf_probe_read_kernel(&kn, sizeof(kn), &anc->kn);",
+            "    bpf_probe_read_kernel(&id, sizeof(id), &kn->id);",
+            f"    if (id != {sel.cgroup.id}ULL)",
+            "        return -1;",
+        ]
+    if sel.comms or sel.prefix:
+        lines += [
+            "    unsigned char c[16] = {};",
+            "    bpf_probe_read_kernel(&c, sizeof(c), &p->comm);",
+        ]
+        if sel.prefix:
+            lines += [f"    if (!({_name_test(sel.prefix, exact=False)}))", "        return -1;"]
+        if sel.comms:
+            for i, name in enumerate(sel.comms):
+                lines += [f"    if ({_name_test(name, exact=True)})", f"        return {i};"]
+            lines.append("    return -1;")
+    lines += [
+        "    return 0;",
+        "}",
+        "",
+        "static __always_inline int stamp(struct task_struct *p)",
+        "{",
+        "    int g = group_of(p);",
+        "    if (g < 0)",
+        "        return 0;",
+        "    u32 pid = 0;",
+        "    bpf_probe_read_kernel(&pid, sizeof(pid), &p->pid);",
+        "    struct stamp st = {.ts = bpf_ktime_get_ns(), .group = g};",
+        "    start.update(&pid, &st);",
+        "    return 0;",
+        "}",
+        "",
+        "static __always_inline u32 slot_of(u64 d)",
+        "{",
+        "    if (d < 4)",
+        "        return d;",
+        "    u32 lg = 0;",
+        "    u64 v = d;",
+        "    if (v >> 32) { v >>= 32; lg += 32; }",
+        "    if (v >> 16) { v >>= 16; lg += 16; }",
+        "    if (v >> 8) { v >>= 8; lg += 8; }",
+        "    if (v >> 4) { v >>= 4; lg += 4; }",
+        "    if (v >> 2) { v >>= 2; lg += 2; }",
+        "    if (v >> 1) { lg += 1; }",
+        "    return 4 * lg + ((d >> (lg - 2)) & 3);",
+        "}",
+        "",
+        "RAW_TRACEPOINT_PROBE(sched_wakeup)",
+        "{",
+        "    return stamp((struct task_struct *)ctx->args[0]);",
+        "}",
+        "",
+        "RAW_TRACEPOINT_PROBE(sched_wakeup_new)",
+        "{",
+        "    return stamp((struct task_struct *)ctx->args[0]);",
+        "}",
+        "",
+        "RAW_TRACEPOINT_PROBE(sched_switch)",
+        "{",
+        "    /* TP_PROTO(bool preempt, prev, next, unsigned int prev_state) */",
+        "    struct task_struct *prev = (struct task_struct *)ctx->args[1];",
+        "    struct task_struct *next = (struct task_struct *)ctx->args[2];",
+        "    if (ctx->args[0] || (unsigned int)ctx->args[3] == 0)",
+        "        stamp(prev);",
+        "    u32 pid = 0;",
+        "    bpf_probe_read_kernel(&pid, sizeof(pid), &next->pid);",
+        "    struct stamp *st = start.lookup(&pid);",
+        "    if (!st)",
+        "        return 0;",
+        "    u64 d = bpf_ktime_get_ns() - st->ts;",
+        "    u32 g = st->group;",
+        "    start.delete(&pid);",
+        "    if (g >= GROUPS)",
+        "        return 0;",
+        "    u32 idx = g * SLOTS + slot_of(d);",
+        "    u64 *cnt = dist.lookup(&idx);",
+        "    if (cnt)",
+        "        __sync_fetch_and_add(cnt, 1);",
+        "    u64 *m = maxv.lookup(&g);",
+        "    if (m && d > *m)",
+        "        *m = d;  /* racy between CPUs: at worst a concurrent larger delay is missed */",
+        "    return 0;",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def _stderr_captured() -> Iterator[Callable[[], str]]:
+    """libbcc prints clang's diagnostics on fd 2: keep them for the one-line error, never show them."""
+    with tempfile.TemporaryFile() as tmp:
+        saved = os.dup(2)
+        os.dup2(tmp.fileno(), 2)
+
+        def text() -> str:
+            tmp.seek(0)
+            return tmp.read().decode(errors="replace")
+
+        try:
+            yield text
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def _first_error(diag: str) -> str:
+    for line in diag.splitlines():
+        if "error:" in line or "Unable to find kernel headers" in line:
+            return line.strip()
+    lines = [ln.strip() for ln in diag.splitlines() if ln.strip()]
+    return lines[-1] if lines else "no diagnostics"
+
+
+def compile_program(text: str) -> Any:
+    """bcc's BPF object for `text` (compiled and loaded, raw tracepoint probes attached).
+
+    Failures become one-line ScxctlErrors with exit 7: bcc missing, headers missing, or the first
+    compiler error line.
+    """
+    try:
+        from bcc import BPF
+    except ImportError:
+        line = deps.install_line(deps.kernel_release())
+        raise ScxctlError(f"the bcc Python module is not installed: {line}", ExitCode.BPF) from None
+    with _stderr_captured() as diag:
+        try:
+            return BPF(text=text, cflags=list(CFLAGS))
+        except Exception as exc:  # bcc raises bare Exception for compile and load failures
+            reason = _first_error(diag())
+            if "kernel headers" in reason:
+                rel = deps.kernel_release()
+                raise ScxctlError(f"no kernel headers for {rel}: apt install {deps.headers_package(rel)}",
+                                  ExitCode.BPF) from None
+            raise ScxctlError(f"bcc could not compile or load the wake-up tracer: {reason} ({exc})",
+                              ExitCode.BPF) from None
+
+
+@dataclass
+class WakeupTracer:
+    """The loaded program; `read()` returns one cumulative histogram per group.
+
+    Counts never reset in the kernel (a reset would race with increments); `max_ns` is the largest
+    delay since the previous read (reset on read), so an interval's maximum is exact up to that race.
+    """
+
+    selector: Selector
+    compile_s: float = 0.0
+    _bpf: Any = None
+    _peak: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        t0 = time.monotonic()
+        self._bpf = compile_program(program(self.selector))
+        self.compile_s = time.monotonic() - t0
+        self._peak = [0] * self.selector.groups
+
+    def read(self) -> list[Histogram]:
+        dist, maxv = self._bpf["dist"], self._bpf["maxv"]
+        counts = [int(v.value) for v in dist.values()]
+        out = []
+        for g in range(self.selector.groups):
+            key = ctypes.c_int(g)
+            m = int(maxv[key].value)
+            maxv[key] = ctypes.c_ulonglong(0)
+            self._peak[g] = max(self._peak[g], m)
+            out.append(Histogram(counts[g * SLOTS:(g + 1) * SLOTS], m))
+        return out
+
+    def overall_max(self) -> list[int]:
+        """The largest delay per group since the tracer started (through the last read)."""
+        return list(self._peak)
+
+    def close(self) -> None:
+        if self._bpf is not None:
+            self._bpf.cleanup()
+            self._bpf = None
+
+    def __enter__(self) -> WakeupTracer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_tracer(sel: Selector) -> WakeupTracer:
+    """Check bcc and the headers (one-line exit 7 errors), then compile, load and attach."""
+    deps.require()
+    return WakeupTracer(sel)
+
+
+def interval_hists(now: Sequence[Histogram], before: Sequence[Histogram]) -> list[Histogram]:
+    """Per-group samples between two reads (each read's max already covers just its interval)."""
+    return [n.minus(b) for n, b in zip(now, before, strict=True)]

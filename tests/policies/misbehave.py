@@ -1,0 +1,70 @@
+"""A policy that misbehaves on purpose, to force pyland's safety paths in the VM tests.
+
+The built-in "deadline" policy until the file $ARM_FILE exists (looked for every 50 ms; loading and
+validation see a well-behaved policy), then what PYLAND_TEST_MODE says:
+
+- stuck:    decide() never returns (writes the time it got stuck to $STUCK_FILE first);
+- swallow:  as stuck, and swallows every exception, BaseException included;
+- slow:     decide() sleeps SLOW_S per task;
+- unruly:   tasks named STARVE_COMM get a deadline behind every other task's, forever; every other
+            decision asks for CPU 9999 and a 10 s slice.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from scxctl.pyland.policies.deadline import DeadlinePolicy
+from scxctl.pyland.policy import Decision, PolicyOptions, Task
+
+FAR = 1 << 62
+
+
+class Misbehave(DeadlinePolicy):
+    name = "misbehave"
+
+    def __init__(self, options: PolicyOptions) -> None:
+        super().__init__(options)
+        self.mode = os.environ.get("PYLAND_TEST_MODE", "")
+        self.arm_file = os.environ.get("ARM_FILE", "/tmp/arm")
+        self.armed = False
+        self.next_look = 0.0
+        self.slow_s = float(os.environ.get("SLOW_S", "0.002"))
+        self.starve = os.environ.get("STARVE_COMM", "starveme").encode().ljust(16, b"\0")
+        self.stuck_file = os.environ.get("STUCK_FILE", "/tmp/stuck_at")
+
+    def decide(self, task: Task, decision: Decision) -> None:
+        super().decide(task, decision)
+        if not self.armed:
+            now = time.monotonic()
+            if now < self.next_look:
+                return
+            self.next_look = now + 0.05
+            self.armed = os.path.exists(self.arm_file)
+            if not self.armed:
+                return
+        if self.mode in ("stuck", "swallow"):
+            self._get_stuck()
+        elif self.mode == "slow":
+            time.sleep(self.slow_s)
+        elif self.mode == "unruly":
+            if task.comm == self.starve:
+                decision.deadline = FAR
+                decision.vtime = task.vtime
+            else:
+                decision.cpu = 9999
+                decision.slice_ns = 10_000_000_000
+
+    def _get_stuck(self) -> None:
+        with open(self.stuck_file, "w") as f:
+            f.write(f"{time.clock_gettime(time.CLOCK_REALTIME):.6f}\n")
+        n = 0
+        while True:
+            if self.mode == "swallow":
+                try:
+                    while True:
+                        n += 1
+                except BaseException:  # swallowing everything is the point of this mode
+                    continue
+            n += 1

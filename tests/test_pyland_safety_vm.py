@@ -1,0 +1,375 @@
+"""pyland's safety paths, each forced on a real sched_ext kernel (QEMU guest), one boot for the module.
+
+Every test asserts the counter or the message that proves its path ran:
+- a policy stuck in decide() under a stress-ng mix: detached within a second of its 100 ms budget,
+  exit 1 naming the policy and where it was; a pinned probe task never waits 1.5 s;
+- SIGTERM while the policy is stuck (no watchdog): exit within 2 s; a policy that swallows the
+  first signal: the second one exits at once (130);
+- the BPF core on its own: new tasks bypass a policy past its budget (nr_stalled); a stopped
+  scheduler process (SIGSTOP) is stopped by the BPF heartbeat (exit 8, "no progress");
+- the queued ring full, the backlog fallback, stale decisions, the starvation rescue, and decisions
+  with an impossible CPU and an oversized slice (nr_ring_full, nr_backlog, nr_stale, nr_rescued,
+  nr_malformed, nr_clamped, nr_bounced);
+- CPU hotplug: cpu1 offline then online under stress: enabled again within 5 s each time, the same
+  process, two restarts;
+- an object configured without the scheduler's TGID refuses to run (ops.init fails).
+
+Scenarios that leave tasks waiting for a stuck policy without a watchdog run pyland with --partial
+and only their victims in SCHED_EXT, so that the script driving them is not among the waiting.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from guest_files import SCENARIO_PRELUDE, json_lines, read
+
+pytestmark = pytest.mark.vm
+
+POLICIES = Path(__file__).resolve().parent / "policies"
+GUEST_POLICY = "/tmp/test-policies/misbehave.py"
+
+SCENARIO = SCENARIO_PRELUDE + r"""
+P=/tmp/test-policies/misbehave.py
+export ARM_FILE=/tmp/arm
+# every enqueue handed to the policy: none placed by BPF on an idle CPU, under a grant, or as new
+HANDED="--no-builtin-idle --no-direct-wake --no-new-direct"
+snap() { echo "state=$(state) ops=$(ops)" >"$R/$1.txt"; }
+now() { date +%s.%N; }
+ext() {  # run a command in the SCHED_EXT class (what --partial schedules)
+    python3 -c 'import os, sys
+os.sched_setscheduler(0, 7, os.sched_param(0))
+os.execvp(sys.argv[1], sys.argv[1:])' "$@"
+}
+start() {  # start NAME MODE ARGS...: pyland with the misbehaving policy, waits until enabled
+    local name=$1 mode=$2; shift 2
+    rm -f $ARM_FILE
+    PYLAND_TEST_MODE=$mode STUCK_FILE=$R/$name.stuck_at \
+        scxctl --log-format json run --policy $P --stats-interval 1 "$@" >"$R/$name.log" 2>&1 &
+    pid=$!
+    wait_state enabled 120; echo $? >"$R/$name.attach.rc"
+}
+finish() {  # finish NAME: SIGTERM unless it already exited; its status
+    kill -TERM $pid 2>/dev/null
+    wait $pid; echo $? >"$R/$1.rc"
+    wait_state disabled 30
+    snap "$1.detached"
+}
+wait_threads() {  # wait_threads N SECONDS: until N stress-ng threads exist
+    local end=$((SECONDS + $2))
+    while [ $SECONDS -lt $end ]; do
+        [ "$(cat /proc/[0-9]*/task/*/comm 2>/dev/null | grep -c stress-ng)" -ge "$1" ] && return 0
+        sleep 0.5
+    done
+    return 1
+}
+to_ext() {  # to_ext [N]: move (at most N) stress-ng threads into SCHED_EXT, all at once
+    python3 - "${1:-1000000}" <<'PY'
+import glob, os, sys
+limit, n = int(sys.argv[1]), 0
+for comm in glob.glob("/proc/[0-9]*/task/*/comm"):
+    try:
+        if open(comm).read().startswith("stress-ng") and n < limit:
+            os.sched_setscheduler(int(comm.split("/")[4]), 7, os.sched_param(0))
+            n += 1
+    except OSError:
+        pass
+print(n)
+PY
+}
+cat >/tmp/probe.py <<'PY'
+import sys, time
+end, worst = time.monotonic() + float(sys.argv[1]), 0.0
+while time.monotonic() < end:
+    t = time.monotonic(); time.sleep(0.01); worst = max(worst, time.monotonic() - t - 0.01)
+print(f"{worst:.4f}")
+PY
+cat >/tmp/monitor.py <<'PY'
+import sys, time
+end, last = time.monotonic() + float(sys.argv[1]), None
+while time.monotonic() < end:
+    s = open("/sys/kernel/sched_ext/state").read().strip()
+    if s != last:
+        print(f"{time.clock_gettime(time.CLOCK_REALTIME):.6f} {s}", flush=True); last = s
+    time.sleep(0.005)
+PY
+cat >/tmp/spin.py <<'PY'
+import sys, time
+if len(sys.argv) > 2:
+    open("/proc/self/comm", "w").write(sys.argv[2])
+end, n = time.monotonic() + float(sys.argv[1]), 0
+while time.monotonic() < end:
+    n += 1
+print(n)
+PY
+
+# 1. stuck policy, full mode, stress-ng mix, watchdog at 100 ms
+start stuck stuck
+python3 /tmp/monitor.py 25 >"$R/stuck.monitor" &
+mon=$!
+taskset -c 0 python3 /tmp/probe.py 12 >"$R/stuck.probe" &
+probe=$!
+stress-ng --cpu 2 --sleep 2 --pipe 1 --timeout 10s >/dev/null 2>&1 &
+stress=$!
+sleep 3; touch $ARM_FILE
+wait $pid; echo $? >"$R/stuck.rc"
+snap stuck.after
+wait $probe $stress; kill $mon 2>/dev/null; wait $mon 2>/dev/null
+stress-ng --cpu 1 --timeout 2s >/dev/null 2>&1; echo $? >"$R/stuck.default_runs.rc"
+
+# 2. stuck policy, no watchdog: the first SIGTERM ends it
+start sigterm stuck --partial --policy-budget-ms 0
+ext stress-ng --sleep 1 --sleep-max 16 --timeout 30s >/dev/null 2>&1 &
+victims=$!
+sleep 1; touch $ARM_FILE
+for _ in $(seq 100); do [ -s $R/sigterm.stuck_at ] && break; sleep 0.05; done
+sleep 0.5
+t0=$(now); kill -TERM $pid; wait $pid; echo $? >"$R/sigterm.rc"; t1=$(now)
+echo "$t0 $t1" >"$R/sigterm.times"
+snap sigterm.detached
+kill $victims 2>/dev/null; wait $victims 2>/dev/null
+
+# 3. a policy that swallows the first signal: the second one exits at once
+start swallow swallow --partial --policy-budget-ms 0
+ext stress-ng --sleep 1 --sleep-max 16 --timeout 30s >/dev/null 2>&1 &
+victims=$!
+sleep 1; touch $ARM_FILE
+for _ in $(seq 100); do [ -s $R/swallow.stuck_at ] && break; sleep 0.05; done
+kill -TERM $pid; sleep 1
+kill -0 $pid 2>/dev/null && echo alive >"$R/swallow.after_first" || echo gone >"$R/swallow.after_first"
+t0=$(now); kill -TERM $pid; wait $pid; echo $? >"$R/swallow.rc"; t1=$(now)
+echo "$t0 $t1" >"$R/swallow.times"
+wait_state disabled 10; snap swallow.detached
+kill $victims 2>/dev/null; wait $victims 2>/dev/null
+
+# 4. a policy past its budget: new tasks bypass it until the watchdog detaches. The load starts in
+# the fair class and joins pyland at once (started under pyland, TCG takes minutes to start it).
+start stalled stuck --partial $HANDED
+stress-ng --sleep 2 --sleep-max 256 --timeout 60s >/dev/null 2>&1 &
+victims=$!
+wait_threads 400 60
+to_ext >"$R/stalled.threads"
+touch $ARM_FILE
+wait $pid; echo $? >"$R/stalled.rc"
+kill $victims 2>/dev/null; wait $victims 2>/dev/null
+snap stalled.detached
+
+# 5. the scheduler process stopped: the BPF heartbeat stops pyland
+start sigstop slow --partial
+ext stress-ng --sleep 1 --sleep-max 16 --timeout 30s >/dev/null 2>&1 &
+victims=$!
+sleep 1
+kill -STOP $pid
+wait_state disabled 10; echo $? >"$R/sigstop.disabled.rc"
+kill -CONT $pid
+wait $pid; echo $? >"$R/sigstop.rc"
+kill $victims 2>/dev/null; wait $victims 2>/dev/null
+
+# 6. the queued ring full: a stuck policy, a backlog threshold above the ring's 4096 records, and
+# more than 4096 threads joining pyland once it is stuck
+start ringfull stuck --partial $HANDED --policy-budget-ms 0 --max-backlog 100000
+stress-ng --sleep 5 --sleep-max 1024 --timeout 90s >/dev/null 2>&1 &
+victims=$!
+wait_threads 4500 90
+touch $ARM_FILE
+to_ext 1 >/dev/null  # one thread for the policy to get stuck on
+for _ in $(seq 100); do [ -s $R/ringfull.stuck_at ] && break; sleep 0.05; done
+to_ext >"$R/ringfull.threads"
+sleep 2
+finish ringfull
+kill $victims 2>/dev/null; wait $victims 2>/dev/null
+
+# 7. stale decisions and the backlog: a slow policy behind a flood of wake-ups; the decision for a
+# record of a task BPF placed itself arrives after the task was enqueued again
+start stale slow --partial --max-backlog 64 --policy-budget-ms 0
+stress-ng --sleep 2 --sleep-max 256 --timeout 60s >/dev/null 2>&1 &
+victims=$!
+wait_threads 400 60
+to_ext >"$R/stale.threads"
+touch $ARM_FILE
+sleep 3
+finish stale
+kill $victims 2>/dev/null; wait $victims 2>/dev/null
+
+# 8. starvation rescue, impossible CPUs and oversized slices: one task always put last on CPU 0
+start unruly unruly --partial
+touch $ARM_FILE
+pids=""
+for cpus in 0 0 0,1; do
+    ext taskset -c $cpus python3 /tmp/spin.py 6 >/dev/null &
+    pids="$pids $!"
+done
+ext taskset -c 0 python3 /tmp/spin.py 6 starveme >"$R/unruly.victim" &
+wait $pids $!
+finish unruly
+
+# 9. CPU hotplug: cpu1 offline, then online, under stress
+scxctl --log-format json run --stats-interval 1 >"$R/hotplug.log" 2>&1 &
+pid=$!
+wait_state enabled 120; echo $? >"$R/hotplug.attach.rc"
+stress-ng --cpu 2 --sleep 2 --timeout 40s >/dev/null 2>&1 &
+stress=$!
+sleep 2
+for step in 0 1; do
+    t0=$(now)
+    echo $step >/sys/devices/system/cpu/cpu1/online
+    sleep 0.5
+    wait_state enabled 20; echo $? >"$R/hotplug.$step.rc"
+    t1=$(now); echo "$t0 $t1" >"$R/hotplug.$step.times"
+    pgrep -f 'scxctl --log-format json run' | tr '\n' ' ' >"$R/hotplug.$step.pids"
+    sleep 2
+done
+kill $stress 2>/dev/null; wait $stress 2>/dev/null
+echo $pid >"$R/hotplug.pid"
+finish hotplug
+
+# 10. no scheduler TGID in the configuration: ops.init refuses, reported through ops.exit
+python3 - >"$R/notgid.txt" 2>&1 <<'PY'
+import time
+from scxctl.bpf import object as bpfobject
+from scxctl.pyland.scheduler import RunOptions, open_configured
+from scxctl.pyland.shared import SharedState
+obj = open_configured(bpfobject.resolve(False), RunOptions())
+obj.set_rodata_bytes(8, bytes(4))  # pyland_config.usersched_tgid
+obj.load()
+shared = SharedState(obj.map(".bss").initial_value())
+link = obj.attach_struct_ops("pyland_ops")
+end = time.monotonic() + 10
+while shared.exit_kind() == 0 and time.monotonic() < end:
+    time.sleep(0.05)
+print(shared.exit_info().describe())
+PY
+snap notgid.after
+exit 0
+"""
+
+
+@pytest.fixture(scope="module")
+def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    script = tmp_path_factory.mktemp("safety") / "safety_scenario.sh"
+    script.write_text(SCENARIO)
+    copy = [(str(script), "/tmp/safety_scenario.sh"), (str(POLICIES), "/tmp/test-policies")]
+    # one host thread for both vCPUs: every attach and detach patches the kernel's static keys, and
+    # with ten of each a multi-threaded TCG guest often died of it (int3 in update_rq_clock)
+    res = vm.run("bash /tmp/safety_scenario.sh", timeout=1500, cpus=2, mem="2G", copy=copy, tcg_single=True)
+    assert res.returncode == 0, f"guest run failed ({res.message}): {res.output[-3000:]}"
+    return res.results
+
+
+def final_stats(log: str) -> dict[str, Any]:
+    """The BPF counters in the last `pyland stats` line of a log."""
+    stats = [e for e in json_lines(log) if e.get("event") == "pyland stats"]
+    assert stats, log[-2000:]
+    return stats[-1]
+
+
+def summary_counter(log: str, what: str) -> int:
+    """A number from `scxctl run`'s summary line ("... 5 stale, ..."), which is printed after detach."""
+    m = re.search(rf"(\d+) {what}", log)
+    assert m, log[-2000:]
+    return int(m.group(1))
+
+
+def attached(guest: Path, name: str) -> str:
+    log = read(guest, f"{name}.log")
+    assert read(guest, f"{name}.attach.rc").strip() == "0", log[-2000:]
+    return log
+
+
+def test_stuck_policy_is_detached_within_a_second_of_its_budget(guest: Path) -> None:
+    log = attached(guest, "stuck")
+    assert read(guest, "stuck.rc").strip() == "1", log[-2000:]
+    stuck = r"policy misbehave did not return from decide\(\) within 100 ms \(misbehave\.py:\d+\)"
+    assert re.search(stuck, log), log[-2000:]
+    stuck_at = float(read(guest, "stuck.stuck_at"))
+    changes = [line.split() for line in read(guest, "stuck.monitor").splitlines()]
+    disabled_at = [float(t) for t, s in changes if s == "disabled" and float(t) > stuck_at]
+    assert disabled_at, changes
+    assert disabled_at[0] - stuck_at < 1.1, (stuck_at, changes)
+    assert float(read(guest, "stuck.probe")) < 1.5
+    assert read(guest, "stuck.after.txt").split() == ["state=disabled", "ops=none"]
+    assert read(guest, "stuck.default_runs.rc").strip() == "0"
+
+
+def test_sigterm_ends_a_stuck_policy_within_two_seconds(guest: Path) -> None:
+    log = attached(guest, "sigterm")
+    assert read(guest, "sigterm.stuck_at").strip(), "the policy never got stuck"
+    t0, t1 = map(float, read(guest, "sigterm.times").split())
+    assert read(guest, "sigterm.rc").strip() == "0", log[-2000:]
+    assert t1 - t0 < 2.0
+    assert "pyland stopped (signal SIGTERM)" in log
+    assert read(guest, "sigterm.detached.txt").split() == ["state=disabled", "ops=none"]
+
+
+def test_second_signal_exits_at_once_when_the_policy_swallows_the_first(guest: Path) -> None:
+    log = attached(guest, "swallow")
+    assert read(guest, "swallow.after_first").strip() == "alive"
+    t0, t1 = map(float, read(guest, "swallow.times").split())
+    assert read(guest, "swallow.rc").strip() == "130", log[-2000:]
+    assert t1 - t0 < 2.0
+    assert "second SIGTERM: pyland detached, exiting at once" in log
+    assert read(guest, "swallow.detached.txt").split() == ["state=disabled", "ops=none"]
+
+
+def test_new_tasks_bypass_a_policy_past_its_budget(guest: Path) -> None:
+    log = attached(guest, "stalled")
+    assert read(guest, "stalled.rc").strip() == "1", log[-2000:]
+    assert summary_counter(log, "placed while the policy overran") > 0
+    assert read(guest, "stalled.detached.txt").split() == ["state=disabled", "ops=none"]
+
+
+def test_bpf_heartbeat_stops_pyland_when_the_scheduler_process_is_stopped(guest: Path) -> None:
+    log = attached(guest, "sigstop")
+    assert read(guest, "sigstop.disabled.rc").strip() == "0", log[-2000:]
+    assert read(guest, "sigstop.rc").strip() == "8", log[-2000:]
+    assert "pyland's BPF core stopped it: user space made no progress" in log
+
+
+def test_a_full_queued_ring_falls_back_to_bpf(guest: Path) -> None:
+    log = attached(guest, "ringfull")
+    assert int(read(guest, "ringfull.threads")) > 4096  # more tasks than the ring has records
+    assert read(guest, "ringfull.rc").strip() == "0", log[-2000:]
+    assert summary_counter(log, "ring-full") > 0
+    assert summary_counter(log, "backlog fallbacks") == 0  # the ring filled first
+
+
+def test_stale_decisions_are_dropped_and_the_backlog_falls_back(guest: Path) -> None:
+    log = attached(guest, "stale")
+    assert read(guest, "stale.rc").strip() == "0", log[-2000:]
+    assert summary_counter(log, "stale") > 0
+    assert summary_counter(log, "backlog fallbacks") > 0
+
+
+def test_starved_task_rescued_and_wrong_decisions_contained(guest: Path) -> None:
+    log = attached(guest, "unruly")
+    assert read(guest, "unruly.rc").strip() == "0", log[-2000:]
+    stats = final_stats(log)
+    assert stats["nr_rescued"] > 0
+    assert int(read(guest, "unruly.victim")) > 0
+    assert stats["nr_malformed"] > 0 and stats["nr_clamped"] > 0 and stats["nr_bounced"] > 0
+
+
+def test_cpu_hotplug_restarts_pyland_in_the_same_process(guest: Path) -> None:
+    log = attached(guest, "hotplug")
+    pid = read(guest, "hotplug.pid").strip()
+    for step in ("0", "1"):
+        assert read(guest, f"hotplug.{step}.rc").strip() == "0", log[-3000:]
+        t0, t1 = map(float, read(guest, f"hotplug.{step}.times").split())
+        assert t1 - t0 < 5.0
+        assert read(guest, f"hotplug.{step}.pids").split() == [pid]
+    restarts = [e for e in json_lines(log) if e.get("event") == "pyland restarting"]
+    assert len(restarts) == 2, log[-3000:]
+    assert all("going offline" in e["reason"] or "coming online" in e["reason"] or "online" in e["reason"]
+               for e in restarts), restarts
+    assert read(guest, "hotplug.rc").strip() == "0", log[-2000:]
+    assert summary_counter(log, "restarts") == 2
+
+
+def test_an_object_without_the_scheduler_tgid_refuses_to_run(guest: Path) -> None:
+    """sched_ext reports an ops.init failure through ops.exit (the attach itself returns success)."""
+    out = read(guest, "notgid.txt")
+    assert out.startswith("ERROR_BPF") and "loaded without the scheduler's TGID" in out, out
+    assert read(guest, "notgid.after.txt").split() == ["state=disabled", "ops=none"]
