@@ -152,6 +152,7 @@ _PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "bpf_map__initial_value": (_P, [_P, ctypes.POINTER(_SZ)]),
     "bpf_map__set_initial_value": (_I, [_P, _P, _SZ]),
     "bpf_map__set_autocreate": (_I, [_P, ctypes.c_bool]),
+    "bpf_map__set_max_entries": (_I, [_P, _U32]),
     "bpf_map__attach_struct_ops": (_P, [_P]),
     "bpf_program__fd": (_I, [_P]),
     "bpf_program__set_autoload": (_I, [_P, ctypes.c_bool]),
@@ -450,6 +451,12 @@ class BpfMap:
         if self._obj.loaded and self.map_flags & BPF_F_MMAPABLE:
             return self._obj._live_view(self, size.value)
         return _view(ptr, size.value, readonly=False)
+
+    def set_max_entries(self, n: int) -> None:
+        """Before load; for a ring buffer, its size in bytes (libbpf rounds it up to a power of two)."""
+        ret = lib().bpf_map__set_max_entries(self._ptr, n)
+        if ret < 0:
+            raise error_for_errno(_errno_of(ret), f"set_max_entries({self.name!r}, {n})")
 
     def set_autocreate(self, autocreate: bool) -> None:
         ret = lib().bpf_map__set_autocreate(self._ptr, autocreate)

@@ -53,6 +53,12 @@ def run(
     max_backlog: Annotated[
         int, typer.Option("--max-backlog", min=1, help="Tasks Python may lag before BPF schedules them.")
     ] = 1024,
+    ring_kib: Annotated[
+        int,
+        typer.Option("--ring-kib", min=0, metavar="KIB",
+                     help="Size of the ring of tasks waiting for the policy, a power of two in KiB (0: "
+                          "the built-in 512, about 6000 tasks); when it is full, BPF places tasks itself."),
+    ] = 0,
     policy_budget_ms: Annotated[
         int,
         typer.Option("--policy-budget-ms", min=0, metavar="MS",
@@ -79,13 +85,15 @@ def run(
     """
     from scxctl.pyland.scheduler import RunOptions, run_pyland
 
+    if ring_kib and (ring_kib < 4 or ring_kib & (ring_kib - 1)):
+        raise UsageError(f"--ring-kib must be a power of two of at least 4, not {ring_kib}")
     if slice_min_us > slice_us:
         raise UsageError(f"--slice-min-us ({slice_min_us}) must not exceed --slice-us ({slice_us})")
     opts = RunOptions(policy=policy, builtin_idle=builtin_idle, direct_wake=direct_wake,
                       new_direct=new_direct, slice_us=slice_us,
                       slice_min_us=slice_min_us,
                       partial=partial, stats_interval=stats_interval, max_backlog=max_backlog,
-                      allow_stale=allow_stale, policy_budget_ms=policy_budget_ms,
+                      allow_stale=allow_stale, policy_budget_ms=policy_budget_ms, ring_kib=ring_kib,
                       object_path=bpf_object)
     res = run_pyland(opts)
     loop, bpf = res.loop_stats, res.bpf_stats

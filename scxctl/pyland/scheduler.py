@@ -78,6 +78,7 @@ class RunOptions:
     partial: bool = False
     stats_interval: float = 5.0  # 0: no periodic summary
     max_backlog: int = 1024  # records Python may be behind before BPF schedules new tasks itself
+    ring_kib: int = 0  # size of the queued ring in KiB (a power of two); 0: the object's (about 6000 tasks)
     direct_wake: bool = True  # latency-critical tasks (the policy's preempt) wake without a round trip
     new_direct: bool = True  # a task's first enqueue is placed by BPF; the policy is told quietly
     starve_ms: int = 1000  # a task waiting this long in a DSQ runs next, whatever its deadline
@@ -136,6 +137,8 @@ def open_configured(path: Path, opts: RunOptions, hotplug_seq: int | None = None
                                             popts.slice_ns if opts.direct_wake else 0, popts.slice_ns,
                                             opts.policy_budget_ms * NSEC_PER_MSEC, int(opts.new_direct)))
         obj.map(OPS_MAP if opts.partial else PARTIAL_OPS_MAP).set_autocreate(False)
+        if opts.ring_kib:
+            obj.map("queued").set_max_entries(opts.ring_kib * 1024)
         if hotplug_seq:
             off = obj.member_offset("sched_ext_ops", "hotplug_seq")
             ops = obj.map(PARTIAL_OPS_MAP if opts.partial else OPS_MAP).initial_value()
