@@ -179,8 +179,8 @@ stress-ng --cpu 2 --sleep 2 --timeout 40s >/dev/null 2>&1 &
 stress=$!
 sleep 2
 for step in 0 1; do
+    echo $step >/sys/devices/system/cpu/cpu1/online  # returns once the CPU is off (or on)
     t0=$(now)
-    echo $step >/sys/devices/system/cpu/cpu1/online
     sleep 0.5
     wait_state enabled 20; echo $? >"$R/hotplug.$step.rc"
     t1=$(now); echo "$t0 $t1" >"$R/hotplug.$step.times"

@@ -314,7 +314,6 @@ class Scheduler:
         old_wakeup = signal.set_wakeup_fd(wfd)  # a signal wakes the epoll wait at once
         old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         atexit.register(self.detach)
-        _harden()
         try:
             while True:
                 info, failure = self._run_attached(rfd)
