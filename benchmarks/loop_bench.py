@@ -22,7 +22,8 @@ from pathlib import Path
 from scxctl.bpf.libbpf import BpfObject
 from scxctl.bpf.ringbuf import open_reader, open_writer
 from scxctl.pyland.loop import SchedulerLoop
-from scxctl.pyland.policy import Decision, Policy, PolicyOptions, Task, load_policy
+from scxctl.pyland.policies.loader import load_policy
+from scxctl.pyland.policy import Decision, Policy, PolicyOptions, Task
 from scxctl.pyland.shared import SharedState
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,6 +41,7 @@ class Echo(Policy):
         decision.pid = task.pid
         decision.cpu = -1
         decision.preempt = False
+        decision.direct_wake = False
         decision.slice_ns = 0
         decision.deadline = task.enq_cnt
         decision.vtime = task.vtime

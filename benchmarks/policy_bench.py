@@ -18,17 +18,16 @@ import gc
 import logging
 import random
 import statistics
-import struct
 import sys
 import time
 from pathlib import Path
 
 from scxctl import log as logsetup
 from scxctl.pyland.policies.emulate import EmulatedTask, enqueue
-from scxctl.pyland.policy import Decision, Policy, PolicyOptions, Task, load_policy
+from scxctl.pyland.policies.loader import load_policy
+from scxctl.pyland.policy import Decision, Policy, PolicyOptions, Task
+from scxctl.pyland.records import DECISION, DECISION_DIRECT_WAKE, DECISION_PREEMPT, TASK
 
-TASK = struct.Struct("=iiIIQQQQQQ16s")  # struct pyland_task (bpf/pyland.h)
-DECISION = struct.Struct("=iiQQQQQ")  # struct pyland_decision
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "policies"
 
 
@@ -41,6 +40,7 @@ class NullPolicy(Policy):
         decision.pid = task.pid
         decision.cpu = -1
         decision.preempt = False
+        decision.direct_wake = False
         decision.slice_ns = 0
         decision.deadline = 0
         decision.vtime = 0
@@ -87,14 +87,18 @@ def replay(policy: Policy, records: list[tuple[object, ...]], pack: bool) -> tup
     if pack:
         for rec in records:
             (task.pid, task.cpu, task.nr_cpus_allowed, task.flags, task.start_ts, task.stop_ts,
-             task.exec_runtime, task.weight, task.vtime, task.enq_cnt, task.comm) = rec  # fmt: skip
+             task.exec_runtime, task.weight, task.placed, task.vtime, task.enq_cnt,
+             task.comm) = rec  # fmt: skip
             decide(task, decision)
-            pack_into(out, 0, decision.pid, decision.cpu, 1 if decision.preempt else 0, decision.slice_ns,
+            pack_into(out, 0, decision.pid, decision.cpu,
+                      (DECISION_PREEMPT if decision.preempt else 0) |
+                      (DECISION_DIRECT_WAKE if decision.direct_wake else 0), decision.slice_ns,
                       decision.deadline, decision.vtime, decision.enq_cnt)  # fmt: skip
     else:
         for rec in records:
             (task.pid, task.cpu, task.nr_cpus_allowed, task.flags, task.start_ts, task.stop_ts,
-             task.exec_runtime, task.weight, task.vtime, task.enq_cnt, task.comm) = rec  # fmt: skip
+             task.exec_runtime, task.weight, task.placed, task.vtime, task.enq_cnt,
+             task.comm) = rec  # fmt: skip
             decide(task, decision)
     return time.perf_counter_ns() - wall0, time.thread_time_ns() - cpu0
 

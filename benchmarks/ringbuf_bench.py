@@ -32,12 +32,11 @@ from pathlib import Path
 
 from scxctl.bpf.libbpf import BpfObject
 from scxctl.bpf.ringbuf import Reader, Writer, open_reader, open_writer, stride
+from scxctl.pyland.records import DECISION, TASK
 
 ROOT = Path(__file__).resolve().parent.parent
 OBJ = ROOT / "bpf" / "build" / "tests" / "ringbuf_test.bpf.o"
 RING_SIZE = 16384
-TASK = struct.Struct("=iiIIQQQQQQ16s")  # struct pyland_task, 80 bytes
-DECISION = struct.Struct("=iiQQQQQ")  # struct pyland_decision, 48 bytes
 PRODUCE_ARGS = struct.Struct("=IIIIQ")
 DRAIN_ARGS = struct.Struct("=II")
 

@@ -279,11 +279,12 @@ bool scx_bpf_dsq_move___v1(struct bpf_iter_scx_dsq *it__iter, struct task_struct
 bool scx_bpf_dispatch_from_dsq___v0(struct bpf_iter_scx_dsq *it__iter, struct task_struct *p, u64 dsq_id,
 				    u64 enq_flags) __ksym __weak;
 
-static __always_inline bool pyl_dsq_move(struct bpf_iter_scx_dsq *it, struct task_struct *p, u64 dsq_id)
+static __always_inline bool pyl_dsq_move(struct bpf_iter_scx_dsq *it, struct task_struct *p, u64 dsq_id,
+					 u64 enq_flags)
 {
 	if (bpf_ksym_exists(scx_bpf_dsq_move___v1))
-		return scx_bpf_dsq_move___v1(it, p, dsq_id, 0);
-	return scx_bpf_dispatch_from_dsq___v0(it, p, dsq_id, 0);
+		return scx_bpf_dsq_move___v1(it, p, dsq_id, enq_flags);
+	return scx_bpf_dispatch_from_dsq___v0(it, p, dsq_id, enq_flags);
 }
 
 /* walk a DSQ from its tail (latest deadline first) where the kernel can, else from its head */

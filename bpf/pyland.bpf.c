@@ -21,10 +21,17 @@
  * ops.dispatch only when both are empty. FIFO order cannot starve a task the way deadlines can, so
  * nothing is lost with the starvation rescue, which needs the DSQ iterator.
  *
- * The hand-off rules R1..R9 (counter before publish, one TGID test, drain before the scheduler,
- * no silent preemption drops, BPF slice apart from the user budget, kthreads direct, generations,
- * built-in idle, heartbeat) are marked where they are implemented; the race each ordering prevents
- * is named next to it.
+ * The hand-off rules between this core and user space, marked Rn where they are implemented, with
+ * the race each ordering prevents named next to it:
+ *   R1  a record is counted before it is published
+ *   R2  the scheduler's threads are told apart by one test: their TGID
+ *   R3  finished decisions are drained before the scheduler runs again
+ *   R4  a preemption request is never dropped silently
+ *   R5  the BPF slice (1 ms) is apart from the user-space budget (20 ms)
+ *   R6  kernel threads the scheduler may depend on run without a round trip
+ *   R7  every enqueue has a generation; a decision for an older one is dropped, a task never is
+ *   R8  a waking task goes straight to an idle CPU (the built-in idle pick)
+ *   R9  a heartbeat keeps pending work moving, and the exit reason is kept for user space
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -84,7 +91,7 @@ struct task_ctx {
 	u64 slice;		/* slice of the last decision, reused by a direct wake-up */
 	u64 direct_gen;		/* enq_cnt of the last wake-up BPF placed itself */
 	u64 wake_gen;		/* enq_cnt of the last wake-up (only its decision moves the grant) */
-	bool latency_critical;	/* the last decision asked for preemption: the direct wake-up grant */
+	bool direct_wake;	/* the grant: the policy's last answer to a wake-up asked for direct wake-ups */
 };
 
 struct {
@@ -194,28 +201,33 @@ static __always_inline void insert_ordered(struct task_struct *p, u64 dsq_id, u6
 /*
  * Direct wake-up grant. A Python round trip costs every wake-up the queue, a scheduler wake-up, a
  * decision and a drain: under the schtest adaptive_priority load that was the whole fast-wake latency.
- * When the policy's last decision for a task asked for preemption (it judged the task latency-
- * critical), BPF places the task's next wake-up itself, at the head of its CPU's local DSQ, and still
- * publishes the record: the policy sees every wake-up, and its decision for a wake-up placed here
- * only renews or withdraws the grant (apply_decision), so the policy keeps the last word.
+ * When the policy's last answer to a wake-up of a task asked for direct wake-ups
+ * (PYLAND_DECISION_DIRECT_WAKE: it judged the task latency-critical), BPF places the task's next
+ * wake-up itself, at the head of its CPU's local DSQ, and still publishes the record, marked
+ * `placed`: the policy sees every wake-up, and its decision for a wake-up placed here only renews
+ * or withdraws the grant and sets the vtime (apply_decision), so the policy keeps the last word.
  *
  * Local head insertions bypass the per-CPU and shared DSQs, which only ops.dispatch consumes, and
- * ops.dispatch only runs when the local DSQ runs dry. So the grant holds only while nobody waits
- * in those DSQs or on a CPU whose dispatch ran within direct_wake_ns (one user-space budget): a
- * ping-pong of granted tasks cannot keep a waiting task out for longer than that (then their
- * wake-ups queue like any other).
+ * every task at the tail of the local DSQ itself (a rescued task, a wake-up sent to an idle CPU),
+ * and ops.dispatch only runs when the local DSQ runs dry. So the grant holds only while nobody waits
+ * in those three DSQs or on a CPU whose dispatch ran within direct_wake_ns (one user-space budget):
+ * a ping-pong of granted tasks cannot keep a waiting task out for longer than that (then their
+ * wake-ups queue like any other). Without the local DSQ in that check, a thousand granted sleepers
+ * on one CPU kept a rescued task at its tail until the kernel's watchdog ejected pyland.
  */
 static __always_inline bool direct_wake_allowed(const struct task_ctx *tctx, s32 cpu, u64 enq_flags)
 {
 	struct cpu_ctx *cctx;
 
-	if (!cfg.direct_wake_ns || !(enq_flags & SCX_ENQ_WAKEUP) || !tctx->latency_critical)
+	if (!cfg.direct_wake_ns || !(enq_flags & SCX_ENQ_WAKEUP) || !tctx->direct_wake ||
+	    shared.starving)
 		return false;
 	/*
 	 * Where the kernel cannot count (-1), and for SCX_DSQ_GLOBAL, which it does not count (-ENOENT),
 	 * someone may wait: only a recent dispatch grants the wake-up then.
 	 */
-	if (!pyl_dsq_nr_queued(cpu_dsq(cpu)) && !pyl_dsq_nr_queued(shared_dsq()))
+	if (!pyl_dsq_nr_queued(SCX_DSQ_LOCAL_ON | cpu) && !pyl_dsq_nr_queued(cpu_dsq(cpu)) &&
+	    !pyl_dsq_nr_queued(shared_dsq()))
 		return true;	/* nobody waits that the insertion could pass */
 	cctx = lookup_cpu_ctx(cpu);
 	return cctx && pyl_now() - cctx->dispatch_at < cfg.direct_wake_ns;
@@ -250,7 +262,7 @@ s32 BPF_STRUCT_OPS(pyland_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 
 /*
  * Has the policy overrun its budget? User space stamps policy_since (CLOCK_MONOTONIC, the clock of
- * bpf_ktime_get_ns) before a batch enters the policy and clears it after. The stamp and the clock
+ * bpf_ktime_get_ns) before each call into the policy and clears it after the batch. The stamp and the clock
  * are read on different CPUs without ordering: a stamp newer than `now` reads as "not stalled".
  */
 static __always_inline bool policy_stalled(u64 now, u64 budget)
@@ -261,17 +273,45 @@ static __always_inline bool policy_stalled(u64 now, u64 budget)
 }
 
 /*
- * Where a task BPF places itself goes in the deadline order: its last deadline, or, for a task the
- * policy never decided (a new one, deadline 0), just behind the latest deadline that got a CPU. A
- * deadline of 0 would put every child of a fork storm ahead of all the tasks already waiting.
+ * Where a task BPF places itself goes in the deadline order.
+ *
+ * A task the policy never decided (a new one, deadline 0) goes where the policy would put it: as far
+ * past the latest deadline that got a CPU (vtime_now) as the policy's own decisions land on average.
+ * A deadline of 0 would put every child of a fork storm ahead of all the tasks already waiting. The
+ * lead is in the policy's units, whatever they are: a policy counting arrivals (fifo) has deadlines
+ * a few units apart, and a fixed lead of one slice in nanoseconds put new tasks behind twenty
+ * million future decisions, where only the starvation rescue, one task per scan, got them out.
+ *
+ * Any other task keeps its last deadline, but not one older than vtime_now: under overload BPF places
+ * the same tasks again and again without the policy seeing them, and an old deadline that never
+ * advances let them pass every task the policy placed since, until one of those starved.
  */
 static __always_inline u64 fallback_deadline(struct task_ctx *tctx)
 {
+	u64 floor = shared.vtime_now;
+
 	if (!tctx->deadline) {
-		tctx->deadline = shared.vtime_now + cfg.slice_ns;
+		tctx->deadline = floor + shared.deadline_lead;
 		__sync_fetch_and_add(&shared.nr_fair_new, 1);
+	} else if ((s64)(tctx->deadline - floor) < 0) {
+		tctx->deadline = floor;
 	}
 	return tctx->deadline;
+}
+
+/*
+ * Follow how far ahead of vtime_now the policy places tasks: an average over the last few dozen
+ * decisions (a shift of 5: 1/32 weight per decision). Racy across CPUs: a lost update only moves
+ * the average by one decision's share.
+ */
+static __always_inline void track_deadline_lead(u64 deadline)
+{
+	s64 lead = (s64)(deadline - shared.vtime_now);
+	u64 avg = shared.deadline_lead;
+
+	if (lead < 0)
+		lead = 0;
+	shared.deadline_lead = avg - (avg >> 5) + ((u64)lead >> 5);
 }
 
 /* bytes one `queued` record takes in the ring: the 8-byte header, then the record, 8-aligned */
@@ -417,6 +457,7 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	rec->stop_ts = tctx->stop_ts;
 	rec->exec_runtime = tctx->exec_runtime;
 	rec->weight = p->scx.weight;
+	rec->placed = placed;
 	rec->vtime = tctx->vtime;
 	rec->enq_cnt = tctx->enq_cnt;
 	bpf_probe_read_kernel_str(rec->comm, sizeof(rec->comm), p->comm);
@@ -525,6 +566,7 @@ static long apply_decision(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 
 	tctx->vtime = d->vtime;
 	tctx->deadline = d->deadline;
+	track_deadline_lead(d->deadline);
 	slice = d->slice_ns ?: cfg.slice_ns;	/* R5 */
 	if (slice > cfg.max_slice_ns) {
 		/* a policy's slice beyond its own budget would hold a CPU past every deadline */
@@ -533,11 +575,11 @@ static long apply_decision(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 	}
 	tctx->slice = slice;
 	/*
-	 * The grant follows the policy's answer to a wake-up: preemption is a wake-up notion, and a
-	 * decision for a preempted or slice-expired task (no PREEMPT asked) must not withdraw it.
+	 * The grant follows the policy's answer to a wake-up only: it is about wake-ups, and a
+	 * decision for a preempted or slice-expired task must not withdraw it.
 	 */
 	if (d->enq_cnt == tctx->wake_gen)
-		tctx->latency_critical = d->flags & PYLAND_DECISION_PREEMPT;
+		tctx->direct_wake = d->flags & PYLAND_DECISION_DIRECT_WAKE;
 	if (tctx->direct_gen == d->enq_cnt) {
 		/* placed by BPF (a direct wake-up, a first enqueue): only the vtime and grant change */
 		__sync_fetch_and_add(&shared.nr_wake_updates, 1);
@@ -619,6 +661,13 @@ out:
  * a CPU hog did exactly that in the VM: stress-ng-cpu ejected with ERROR_STALL after 6.8 s). Every
  * RESCUE_PERIOD_NS one dispatch scans up to RESCUE_SCAN_MAX tasks from the tail of a DSQ and runs up to
  * RESCUE_MAX that have waited starve_ns, so the policy's ordering cannot turn into a watchdog ejection.
+ * A rescued task goes to the head of the local DSQ: at its tail, a stream of granted wake-ups
+ * inserted at the head would keep it waiting still.
+ *
+ * One task per period is a trickle against an overload: a thousand stress-ng sleepers on one CPU
+ * left starving tasks faster than that, and one of them reached the watchdog. So while a scan finds
+ * starving tasks (shared.starving), every dispatch scans, and no wake-up is granted a place ahead
+ * of them (direct_wake_allowed), until a scan finds none.
  */
 static int rescue_starved(u64 dsq_id, u64 now, s32 this_cpu)
 {
@@ -637,7 +686,7 @@ static int rescue_starved(u64 dsq_id, u64 now, s32 this_cpu)
 		if (tctx && now - tctx->dsq_at >= cfg.starve_ns &&
 		    bpf_cpumask_test_cpu(this_cpu, p->cpus_ptr) &&
 		    (!bpf_core_field_exists(p->migration_disabled) || !BPF_CORE_READ(p, migration_disabled)) &&
-		    pyl_dsq_move(&it, p, SCX_DSQ_LOCAL)) {
+		    pyl_dsq_move(&it, p, SCX_DSQ_LOCAL, SCX_ENQ_HEAD)) {
 			__sync_fetch_and_add(&shared.nr_rescued, 1);
 			if (++rescued >= RESCUE_MAX)
 				break;
@@ -717,9 +766,13 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 
 	/* a task about to trip the watchdog goes before everything else (see rescue_starved) */
 	now = pyl_now();
-	if (now - shared.rescue_scan_at >= RESCUE_PERIOD_NS) {
+	if (shared.starving || now - shared.rescue_scan_at >= RESCUE_PERIOD_NS) {
+		int rescued;
+
 		shared.rescue_scan_at = now;
-		if (rescue_starved(cpu_dsq(cpu), now, cpu) + rescue_starved(SHARED_DSQ, now, cpu) > 0)
+		rescued = rescue_starved(cpu_dsq(cpu), now, cpu) + rescue_starved(SHARED_DSQ, now, cpu);
+		shared.starving = rescued > 0;
+		if (rescued)
 			return;
 	}
 
@@ -884,10 +937,10 @@ static void check_progress(void)
 		shared.progress_at = now;
 	}
 	arg[0] = (now - shared.progress_at) / 1000000;
-	if (now - shared.progress_at > PROGRESS_BUDGETS * cfg.stall_ns ||
-	    policy_stalled(now, PROGRESS_BUDGETS * cfg.stall_ns)) {
-		if (shared.policy_since && now > shared.policy_since)
-			arg[0] = (now - shared.policy_since) / 1000000;	/* the policy's overrun */
+	if (policy_stalled(now, PROGRESS_BUDGETS * cfg.stall_ns)) {
+		arg[0] = (now - shared.policy_since) / 1000000;	/* the policy's overrun */
+		pyl_exit(PYLAND_EXIT_STALLED, fmt, arg, sizeof(arg));
+	} else if (now - shared.progress_at > PROGRESS_BUDGETS * cfg.stall_ns) {
 		pyl_exit(PYLAND_EXIT_STALLED, fmt, arg, sizeof(arg));
 	}
 }

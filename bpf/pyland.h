@@ -10,8 +10,10 @@
 
 #define PYLAND_OPS_NAME		"pyland"
 #define PYLAND_CPU_ANY		(-1)	/* decision.cpu: any CPU -> shared DSQ */
-#define PYLAND_DECISION_PREEMPT	1ULL	/* decision.flags: latency-critical: kick the target CPU with
-					 * SCX_KICK_PREEMPT, and grant direct wake-ups (see pyland.bpf.c) */
+#define PYLAND_DECISION_PREEMPT	1ULL	/* decision.flags: kick the target CPU (SCX_KICK_PREEMPT) so
+					 * the task runs now */
+#define PYLAND_DECISION_DIRECT_WAKE 2ULL /* decision.flags: BPF places the task's next wake-ups itself,
+					 * at once (a latency grant; see direct_wake_allowed) */
 #define PYLAND_COMM_LEN		16
 #define PYLAND_REASON_LEN	128
 #define PYLAND_MSG_LEN		1024
@@ -27,7 +29,9 @@ struct pyland_task {
 	__u64 start_ts;		/* last time the task started running (ns) */
 	__u64 stop_ts;		/* last time the task stopped running (ns) */
 	__u64 exec_runtime;	/* ns of CPU time since the task last slept */
-	__u64 weight;		/* 1..10000, 100 = nice 0 */
+	__u32 weight;		/* 1..10000, 100 = nice 0 */
+	__u32 placed;		/* 1: BPF placed the task already (a direct wake-up, a first enqueue):
+				 * the decision only updates its vtime and grant */
 	__u64 vtime;		/* vruntime last returned by user space, 0 for a new task */
 	__u64 enq_cnt;		/* generation of this enqueue */
 	char comm[PYLAND_COMM_LEN];
@@ -37,7 +41,7 @@ struct pyland_task {
 struct pyland_decision {
 	__s32 pid;
 	__s32 cpu;		/* target CPU or PYLAND_CPU_ANY */
-	__u64 flags;		/* PYLAND_DECISION_PREEMPT */
+	__u64 flags;		/* PYLAND_DECISION_PREEMPT | PYLAND_DECISION_DIRECT_WAKE */
 	__u64 slice_ns;		/* 0 -> BPF default slice */
 	__u64 deadline;		/* ordering key in the DSQ (vtime insert) */
 	__u64 vtime;		/* the task's new vruntime, echoed in its next pyland_task.vtime */
@@ -118,7 +122,9 @@ struct pyland_shared {
 	__u64 nr_idle_picks;		/* PYLAND_CPU_ANY decisions sent to an idle CPU */
 	__u64 nr_fair_new;		/* fallbacks of new tasks, placed behind the running deadlines */
 	__u64 nr_new_direct;		/* first enqueues placed by BPF (new_direct) */
-	__u64 vtime_now;		/* the latest deadline that got a CPU: the fair place of a new task */
+	__u64 vtime_now;		/* the latest deadline that got a CPU */
+	__u64 deadline_lead;		/* how far past vtime_now the policy places a task (average) */
+	__u64 starving;			/* 1 while the last rescue scan found a task that waited starve_ns */
 	__u64 progress_seen;		/* heartbeat: nr_consumed when it last moved */
 	__u64 progress_at;		/* heartbeat: ns (bpf_ktime_get_ns) when it last moved */
 	/* written by user space */

@@ -1,5 +1,13 @@
 """A small reader for raw BTF blobs (/sys/kernel/btf/vmlinux, the .BTF section of a BPF object).
 
+Why not libbpf's BTF API (btf__new, btf__find_by_name_kind, btf__type_by_id), which does the same
+walk: this reader serves doctor's kernel.btf check, and doctor must answer the kernel question on a
+machine where libbpf.so.1 is missing or too old. There, the `libbpf` row fails ("required to run
+pyland") and the verdict says "the kernel supports sched_ext, but pyland cannot run here"; through
+libbpf, kernel.btf could not look inside the BTF either, and as one of the verdict's kernel checks
+its failure would turn that into "THIS KERNEL CANNOT RUN sched_ext SCHEDULERS", which is false.
+Code that runs only where libbpf is loaded (BpfObject.member_offset) uses libbpf's BTF instead.
+
 It walks the type section record by record, as the kernel's btf_parse_type_sec() does, so a
 question like "does this kernel have `struct sched_ext_ops`?" is answered from the type graph
 rather than from a substring that may sit in any string (a kfunc name, a comment, a member).

@@ -127,6 +127,34 @@ def _int_or_none(text: str | None) -> int | None:
         return None
 
 
+CPU_DIR = "/sys/devices/system/cpu"
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """Kernel cpulist format ("0-3,8,10-11") -> sorted CPU ids."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return sorted(cpus)
+
+
+def nr_cpu_ids(sysroot: SysRoot | None = None) -> int:
+    """The kernel's nr_cpu_ids: one past the highest possible CPU id, the bound of every CPU id.
+
+    Not a count of CPUs: ids can be sparse ("0,4-7"), and offline CPUs keep theirs. Falls back to
+    the CPU count where sysfs does not say."""
+    sr = sysroot or SysRoot()
+    try:
+        text = sr.read_optional(f"{CPU_DIR}/possible")
+        cpus = parse_cpu_list(text) if text else []
+    except (OSError, ValueError):
+        cpus = []
+    return cpus[-1] + 1 if cpus else os.cpu_count() or 1
+
+
 def read_sched_ext(sysroot: SysRoot | None = None) -> SchedExtStatus:
     """Read the sched_ext sysfs directory; never raises (unreadable values come back as None)."""
     sr = sysroot or SysRoot()

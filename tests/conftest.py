@@ -12,9 +12,11 @@ import shutil
 
 import pytest
 
-from tools.vm import image, kernel, qemu
+from tools.vm import api, image, kernel, qemu
 from tools.vm.api import VM
 from tools.vm.codes import VMError
+
+_current_test = {"nodeid": ""}  # the test being set up: who boots a module's guest
 
 
 def vm_unavailable() -> str | None:
@@ -36,7 +38,20 @@ def vm(tmp_path_factory: pytest.TempPathFactory) -> VM:
     reason = vm_unavailable()
     if reason is not None:
         pytest.skip(reason)
-    return VM(lambda: tmp_path_factory.mktemp("vm-results"))
+    return VM(lambda: tmp_path_factory.mktemp("vm-results"), lambda: _current_test["nodeid"])
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _current_test["nodeid"] = item.nodeid
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Every guest boot that panicked and was run again: a retry must never hide silently."""
+    if not api.RETRIED:
+        return
+    terminalreporter.section(f"guest boots retried after a kernel panic: {len(api.RETRIED)}")
+    for r in api.RETRIED:
+        terminalreporter.write_line(f"{r.who} (boot {r.attempt}): {r.report}")
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects anything

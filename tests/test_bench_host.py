@@ -8,6 +8,7 @@ Never asserts whether the default scheduler passes or fails.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -70,6 +71,16 @@ def descendants(pid: int) -> set[int]:
                 if int(k) not in out:
                     out.add(int(k))
                     todo.append(int(k))
+    return out
+
+
+def comms(pids: set[int]) -> dict[int, str]:
+    """The task name of each live process of `pids`."""
+    out = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if alive(pid):
+                out[pid] = Path(f"/proc/{pid}/comm").read_text().strip()
     return out
 
 
@@ -219,9 +230,12 @@ def test_sigint_stops_every_child(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
+    # adaptive_priority's four workload processes; each names itself only once its own setup is
+    # done (process group, parent-death signal, default SIGINT), so seeing every name means the
+    # Ctrl-C below lands on a fully started workload rather than on one still being forked
+    roles = {f"scxbench-{r}"[:15] for r in ("slow-worker", "slow-ctl", "fast-worker", "fast-ctl")}
     try:
-        _wait_for(lambda: len(descendants(p.pid)) >= 4)
-        time.sleep(0.5)
+        _wait_for(lambda: roles <= set(comms(descendants(p.pid)).values()))
         kids = descendants(p.pid)
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=20)

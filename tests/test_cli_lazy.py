@@ -57,22 +57,21 @@ def _imports(env: dict[str, str], *args: str) -> tuple[subprocess.CompletedProce
     return proc, names
 
 
-def _typer_itself() -> set[str]:
+@pytest.fixture(scope="module")
+def typer_itself() -> set[str]:
     """What `import typer` loads on its own (Debian's typer 0.15 imports Rich eagerly, for one):
-    scxctl cannot avoid those, so they do not count against it."""
+    scxctl cannot avoid those, so they do not count against it. A fixture, not a module constant,
+    so that collecting (or deselecting) these tests starts no process."""
     code = "import json, sys, typer, typer.main; print(json.dumps(sorted(sys.modules)))"
     argv = [sys.executable, "-c", code]
     done = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60)
     return set(json.loads(done.stdout))
 
 
-TYPER_ITSELF = _typer_itself()
-
-
-def _offenders(names: set[str], prefixes: tuple[str, ...]) -> list[str]:
+def _offenders(names: set[str], prefixes: tuple[str, ...], typer_itself: set[str]) -> list[str]:
     """Modules under `prefixes` that scxctl itself caused to be imported."""
     return sorted(
-        n for n in names - TYPER_ITSELF if any(n == p or n.startswith(p + ".") for p in prefixes)
+        n for n in names - typer_itself if any(n == p or n.startswith(p + ".") for p in prefixes)
     )
 
 
@@ -84,7 +83,9 @@ def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonEnv]:
 
 
 @pytest.mark.parametrize("args", [["status", "--json"], ["status"]], ids=" ".join)
-def test_status_against_a_daemon_imports_nothing_heavy(d: DaemonEnv, args: list[str]) -> None:
+def test_status_against_a_daemon_imports_nothing_heavy(
+    d: DaemonEnv, args: list[str], typer_itself: set[str]
+) -> None:
     proc, names = _imports(d.env, *args)
     assert proc.returncode == 0, proc.stderr[-2000:]
     if "--json" in args:
@@ -92,31 +93,32 @@ def test_status_against_a_daemon_imports_nothing_heavy(d: DaemonEnv, args: list[
     else:
         assert "supervisor: idle" in proc.stdout
     assert "scxctl.daemon.client" in names and "scxctl.commands.lifecycle" in names
-    assert _offenders(names, HEAVY + OTHER_COMMANDS + LIBRARIES) == []
+    assert _offenders(names, HEAVY + OTHER_COMMANDS + LIBRARIES, typer_itself) == []
 
 
-def test_status_without_a_daemon_imports_nothing_heavy(tmp_path: Path) -> None:
+def test_status_without_a_daemon_imports_nothing_heavy(tmp_path: Path, typer_itself: set[str]) -> None:
     env = {**os.environ, "SCXCTL_RUNTIME_DIR": str(tmp_path), "SCXCTL_SYSROOT": str(tmp_path / "none")}
     proc, names = _imports(env, "status")
     assert proc.returncode == 6, proc.stderr[-2000:]
     assert proc.stdout.startswith("daemon:     not running (no scxctl daemon answers on ")
-    assert _offenders(names, HEAVY + OTHER_COMMANDS + LIBRARIES) == []
+    assert _offenders(names, HEAVY + OTHER_COMMANDS + LIBRARIES, typer_itself) == []
 
 
-def test_root_help_lists_every_command_without_importing_them() -> None:
+def test_root_help_lists_every_command_without_importing_them(typer_itself: set[str]) -> None:
     proc, names = _imports({**os.environ, "COLUMNS": "200"}, "--help")
     assert proc.returncode == 0
     for c in COMMANDS:
         row = next((ln for ln in proc.stdout.splitlines() if ln.strip(" │").startswith(c.name + " ")), "")
         assert c.help in row, (c.name, proc.stdout)
-    assert _offenders(names, tuple(c.module for c in COMMANDS) + LIBRARIES) == []
+    assert _offenders(names, tuple(c.module for c in COMMANDS) + LIBRARIES, typer_itself) == []
 
 
-def test_a_commands_own_help_loads_only_its_module() -> None:
+def test_a_commands_own_help_loads_only_its_module(typer_itself: set[str]) -> None:
     proc, names = _imports(dict(os.environ), "bench", "--help")
     assert proc.returncode == 0 and "adaptive-priority" in proc.stdout
     assert "scxctl.commands.bench" in names
-    assert _offenders(names, tuple(m for m in OTHER_COMMANDS if m != "scxctl.commands.bench")) == []
+    others = tuple(m for m in OTHER_COMMANDS if m != "scxctl.commands.bench")
+    assert _offenders(names, others, typer_itself) == []
 
 
 @pytest.mark.parametrize("module", sorted({c.module for c in COMMANDS}))
@@ -167,10 +169,10 @@ def _complete(words: str, cword: int, shell: str = "bash") -> tuple[str, set[str
     return proc.stdout, names
 
 
-def test_completion_of_command_names_comes_from_the_table() -> None:
+def test_completion_of_command_names_comes_from_the_table(typer_itself: set[str]) -> None:
     out, names = _complete("scxctl ", 1)
     assert out.split() == [c.name for c in COMMANDS]
-    assert _offenders(names, tuple(c.module for c in COMMANDS)) == []
+    assert _offenders(names, tuple(c.module for c in COMMANDS), typer_itself) == []
     zsh, _ = _complete("scxctl ", 1, "zsh")
     for c in COMMANDS:
         assert f'"{c.name}":"{c.help[:20].replace(chr(39), chr(39) * 2)}' in zsh

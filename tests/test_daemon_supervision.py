@@ -87,8 +87,14 @@ def test_fast_crash_loop_gives_up_and_leaves_default_scheduler(d: DaemonEnv) -> 
     assert d.events("supervision_given_up")[0]["level"] == "critical"
     saved = json.loads(d.state_file.read_text())
     assert "4 failures" in saved["gave_up"]["reason"] and saved["last_exit"]["kind"] == "crashed"
-    time.sleep(1.0)
-    assert len(d.standin_starts()) == 4  # really stopped trying
+    # Really stopped trying. The status above said "failed", and the supervision loop sets that,
+    # logs the give-up and saves it in one step of the daemon's event loop, which answers no request
+    # in between; a loop that went on would have set "backoff" and logged restart_scheduled in that
+    # same step, and a 5th start would follow it. So nothing may come after the give-up.
+    events = d.events()
+    after = events[next(i for i, e in enumerate(events) if e["event"] == "supervision_given_up") + 1:]
+    assert not [e for e in after if e["event"] in ("restart_scheduled", "scheduler_starting")], after
+    assert len(d.standin_starts()) == 4
 
 
 def test_hang_on_stop_is_killed_after_the_timeout(d: DaemonEnv) -> None:
@@ -187,7 +193,10 @@ def test_disable_is_persisted_across_restart(d: DaemonEnv) -> None:
     assert d.request("disable")["ok"]
     assert d.stop() == 0
     d.start()
-    time.sleep(0.5)
+    # the start-up's decision, logged once it has read the saved state; then nothing was started
+    d.wait_for(lambda: d.events("restore_skipped"), 10, "the start-up's restore decision")
+    assert d.events("restore_skipped")[0]["reason"] == "nothing enabled"
+    assert not d.events("restored") and not d.events("restore_failed")
     assert d.status()["supervisor"]["phase"] == "idle" and d.kernel.state() == "disabled"
     assert len(d.standin_starts()) == 1
 
@@ -219,7 +228,9 @@ def test_corrupt_config_gives_safe_state_not_a_crash_loop(tmp_path: Path, text: 
         )
         env.config.write_text(text)
         env.start()
-        time.sleep(0.3)
+        # the saved state asks for "fake": wait for the start-up to decide against restoring it
+        env.wait_for(lambda: env.events("restore_skipped"), 10, "the start-up's restore decision")
+        assert env.events("restore_skipped")[0]["reason"] == "config invalid"
         st = env.status()
         assert st["daemon"]["config_error"] and str(env.config) in st["daemon"]["config_error"]
         assert env.standin_starts() == [] and env.kernel.state() == "disabled"

@@ -108,7 +108,7 @@ def test_depends_cover_every_import() -> None:
                if m not in from_pyproject and f"python3-{m}" not in explicit}
     assert not missing, f"imported by scxctl/ but in neither pyproject's dependencies nor Depends: {missing}"
     # libbpf.so.1 is loaded with ctypes, which no dependency generator sees
-    libbpf = (ROOT / "scxctl" / "bpf" / "libbpf.py").read_text()
+    libbpf = (ROOT / "scxctl" / "bpf" / "libbpf_api.py").read_text()
     assert 'LIBBPF_SONAME = "libbpf.so.1"' in libbpf
     assert re.search(r"libbpf1 \(>= 1:1\.4\)", binary["Depends"])
 

@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 
 from scxctl import paths
 from scxctl.bpf import object as bpfobject
-from scxctl.bpf.libbpf import BpfError, BpfObject
+from scxctl.bpf.errors import BpfError
+from scxctl.bpf.libbpf import BpfObject
 from scxctl.cli import app
 from scxctl.doctor.checks_bpfobj import bpf_object
 from scxctl.doctor.model import CheckResult, DoctorContext, Status

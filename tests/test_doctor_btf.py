@@ -12,6 +12,7 @@ import random
 import shutil
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from scxctl.doctor import checks_btf
 from scxctl.doctor.model import Status
 
 VMLINUX = Path("/sys/kernel/btf/vmlinux")
+TESTS = Path(__file__).resolve().parent
 CLANG = shutil.which("clang-19") or shutil.which("clang")
 OBJCOPY = shutil.which("llvm-objcopy-19") or shutil.which("llvm-objcopy")
 BPFTOOL = shutil.which("bpftool") or shutil.which("bpftool", path="/usr/sbin:/sbin")
@@ -273,3 +275,38 @@ def test_check_fails_on_garbage(tmp_path: Path) -> None:
     r = checks_btf.kernel_btf(context(fake))
     assert r.status is Status.FAIL
     assert "not valid BTF" in r.finding and "bad magic" in r.finding
+
+
+# Run in a fresh interpreter whose ctypes cannot open libbpf at all: in this process another test may
+# already hold libbpf.so.1 (scxctl.bpf.libbpf_api caches it), which would hide a check that needs it.
+_WITHOUT_LIBBPF = """
+import ctypes, json, sys
+from pathlib import Path
+
+class _NoLibbpf(ctypes.CDLL):
+    def __init__(self, name, *args, **kwargs):
+        if name and "libbpf" in str(name):
+            raise OSError(f"{name}: cannot open shared object file: No such file or directory")
+        super().__init__(name, *args, **kwargs)
+
+ctypes.CDLL = _NoLibbpf
+sys.path.insert(0, sys.argv[1])
+from fakeroot import FakeRoot, context
+from scxctl.doctor.runner import run_checks
+
+fake = FakeRoot(Path(sys.argv[2])).sched_ext_machine()
+results = run_checks(context(fake, load_library=ctypes.CDLL))
+json.dump({r.id: r.to_json() for r in results}, sys.stdout)
+"""
+
+
+def test_check_needs_no_libbpf_so_the_verdict_keeps_the_kernel_apart(tmp_path: Path) -> None:
+    """Why scxctl.btf parses BTF itself: without libbpf.so.1 only pyland is out, not the kernel."""
+    proc = subprocess.run([sys.executable, "-c", _WITHOUT_LIBBPF, str(TESTS), str(tmp_path)],
+                          capture_output=True, text=True, timeout=60, check=True)
+    rows = json.loads(proc.stdout)
+    assert rows["kernel.btf"]["status"] == "ok"
+    assert rows["libbpf"]["status"] == "fail" and "not found" in rows["libbpf"]["finding"]
+    verdict = rows["verdict"]
+    assert verdict["finding"].startswith("the kernel supports sched_ext, but pyland cannot run here")
+    assert (verdict["details"]["can_run_sched_ext"], verdict["details"]["can_run_pyland"]) == (True, False)

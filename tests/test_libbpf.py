@@ -1,4 +1,5 @@
-"""scxctl.bpf.libbpf against the real kernel: open, rodata, load, live .bss, test runs, errors.
+"""scxctl.bpf's libbpf modules (libbpf_api, libbpf, errors, verifier_log) against the real kernel:
+open, rodata, load, live .bss, test runs, errors.
 
 The objects come from bpf/tests/*.bpf.c (built by `make -C bpf/tests`). Needs root (BPF) and
 libbpf >= 1.4, both installed by scripts/install.sh; no sched_ext needed.
@@ -20,7 +21,16 @@ from pathlib import Path
 import pytest
 
 from scxctl import log as logsetup
-from scxctl.bpf import libbpf as L
+from scxctl.bpf.errors import BpfError, error_for_errno
+from scxctl.bpf.libbpf import BpfObject, map_info
+from scxctl.bpf.libbpf_api import (
+    BPF_MAP_TYPE_RINGBUF,
+    BPF_MAP_TYPE_USER_RINGBUF,
+    MIN_VERSION,
+    libbpf_version,
+    libbpf_version_string,
+)
+from scxctl.bpf.verifier_log import log_tail, verifier_reason
 from scxctl.errors import ExitCode
 from scxctl.sysfs import SysRoot
 
@@ -54,43 +64,43 @@ def fake_sysroot(tmp_path: Path, sched_ext: bool, ops: str | None = None) -> Sys
 
 
 def test_version_is_supported_and_consistent() -> None:
-    major, minor = L.libbpf_version()
-    assert (major, minor) >= L.MIN_VERSION
-    assert L.libbpf_version_string().startswith(f"v{major}.{minor}")
+    major, minor = libbpf_version()
+    assert (major, minor) >= MIN_VERSION
+    assert libbpf_version_string().startswith(f"v{major}.{minor}")
 
 
 def test_open_load_and_lookups(objs: Path) -> None:
-    with L.BpfObject.open(objs / "ringbuf_test.bpf.o") as obj:
+    with BpfObject.open(objs / "ringbuf_test.bpf.o") as obj:
         ring, uring = obj.map("ring"), obj.map("uring")
-        with pytest.raises(L.BpfError, match="no fd"):
+        with pytest.raises(BpfError, match="no fd"):
             _ = ring.fd  # maps exist in the kernel only after load
-        assert (ring.type, uring.type) == (L.BPF_MAP_TYPE_RINGBUF, L.BPF_MAP_TYPE_USER_RINGBUF)
+        assert (ring.type, uring.type) == (BPF_MAP_TYPE_RINGBUF, BPF_MAP_TYPE_USER_RINGBUF)
         assert ring.max_entries == uring.max_entries == 16384
         obj.load()
         assert obj.loaded
-        info = L.map_info(ring.fd)
-        assert (info.type, info.max_entries, info.name) == (L.BPF_MAP_TYPE_RINGBUF, 16384, b"ring")
+        info = map_info(ring.fd)
+        assert (info.type, info.max_entries, info.name) == (BPF_MAP_TYPE_RINGBUF, 16384, b"ring")
         assert obj.program("produce").fd >= 0 and obj.program("drain").fd >= 0
         assert {m.name for m in obj.maps()} >= {"ring", "uring"}
-        with pytest.raises(L.BpfError, match="'nope' not found"):
+        with pytest.raises(BpfError, match="'nope' not found"):
             obj.map("nope")
-        with pytest.raises(L.BpfError, match="'nope' not found"):
+        with pytest.raises(BpfError, match="'nope' not found"):
             obj.program("nope")
-        with pytest.raises(L.BpfError, match="not found"):
+        with pytest.raises(BpfError, match="not found"):
             obj.attach_struct_ops("nope")
-    with pytest.raises(L.BpfError, match="closed"):
+    with pytest.raises(BpfError, match="closed"):
         obj.map("ring")
 
 
 def test_rodata_before_load_and_live_globals_after(objs: Path) -> None:
     q = struct.Struct("=Q")
-    with L.BpfObject.open(objs / "globals.bpf.o") as obj:
+    with BpfObject.open(objs / "globals.bpf.o") as obj:
         assert q.unpack_from(obj.rodata())[0] == 1  # the compiled-in default
         obj.set_rodata_bytes(0, q.pack(3))
-        with pytest.raises(L.BpfError, match="out of range"):
+        with pytest.raises(BpfError, match="out of range"):
             obj.set_rodata_bytes(4, q.pack(0))
         obj.load()
-        with pytest.raises(L.BpfError, match="frozen"):
+        with pytest.raises(BpfError, match="frozen"):
             obj.rodata()
         ro = obj.map(".rodata").initial_value()
         assert ro.readonly and q.unpack_from(ro)[0] == 3
@@ -105,14 +115,14 @@ def test_rodata_before_load_and_live_globals_after(objs: Path) -> None:
 
 
 def test_missing_object_file(tmp_path: Path) -> None:
-    with pytest.raises(L.BpfError) as ei:
-        L.BpfObject.open(tmp_path / "absent.bpf.o")
+    with pytest.raises(BpfError) as ei:
+        BpfObject.open(tmp_path / "absent.bpf.o")
     assert ei.value.code == ExitCode.BPF
     assert str(tmp_path / "absent.bpf.o") in ei.value.message
 
 
 def test_verifier_rejection_carries_the_log(objs: Path) -> None:
-    with L.BpfObject.open(objs / "bad_oob.bpf.o") as obj, pytest.raises(L.BpfError) as ei:
+    with BpfObject.open(objs / "bad_oob.bpf.o") as obj, pytest.raises(BpfError) as ei:
         obj.load()
     err = ei.value
     assert err.code == ExitCode.BPF
@@ -124,7 +134,7 @@ def test_verifier_rejection_carries_the_log(objs: Path) -> None:
 
 
 def test_rejection_without_kernel_log_buffer_is_still_a_bpf_error(objs: Path) -> None:
-    with L.BpfObject.open(objs / "bad_oob.bpf.o", kernel_log=False) as obj, pytest.raises(L.BpfError) as ei:
+    with BpfObject.open(objs / "bad_oob.bpf.o", kernel_log=False) as obj, pytest.raises(BpfError) as ei:
         obj.load()
     assert ei.value.code == ExitCode.BPF and ei.value.errno == errno.EACCES
 
@@ -132,7 +142,7 @@ def test_rejection_without_kernel_log_buffer_is_still_a_bpf_error(objs: Path) ->
 def test_struct_ops_on_kernel_without_the_type_is_unsupported(objs: Path, tmp_path: Path) -> None:
     # libbpf cannot find the struct_ops type in kernel BTF, as for sched_ext_ops without sched_ext
     sysroot = fake_sysroot(tmp_path, sched_ext=False)
-    with L.BpfObject.open(objs / "fake_ops.bpf.o", sysroot=sysroot) as obj, pytest.raises(L.BpfError) as ei:
+    with BpfObject.open(objs / "fake_ops.bpf.o", sysroot=sysroot) as obj, pytest.raises(BpfError) as ei:
         obj.load()
     assert ei.value.code == ExitCode.UNSUPPORTED
     assert "cannot run sched_ext" in ei.value.message
@@ -141,7 +151,7 @@ def test_struct_ops_on_kernel_without_the_type_is_unsupported(objs: Path, tmp_pa
 
 def test_struct_ops_type_missing_on_a_sched_ext_kernel_is_unsupported_too(objs: Path, tmp_path: Path) -> None:
     sysroot = fake_sysroot(tmp_path, sched_ext=True)
-    with L.BpfObject.open(objs / "fake_ops.bpf.o", sysroot=sysroot) as obj, pytest.raises(L.BpfError) as ei:
+    with BpfObject.open(objs / "fake_ops.bpf.o", sysroot=sysroot) as obj, pytest.raises(BpfError) as ei:
         obj.load()
     assert ei.value.code == ExitCode.UNSUPPORTED
     assert "does not support this sched_ext scheduler" in ei.value.message
@@ -150,24 +160,24 @@ def test_struct_ops_type_missing_on_a_sched_ext_kernel_is_unsupported_too(objs: 
 @pytest.mark.parametrize("err", [errno.EBUSY, errno.EEXIST])
 def test_attach_busy_names_the_loaded_scheduler(tmp_path: Path, err: int) -> None:
     sysroot = fake_sysroot(tmp_path, sched_ext=True, ops="scx_rusty")
-    e = L.error_for_errno(err, "attaching 'pyland_ops'", struct_ops=True, sysroot=sysroot)
+    e = error_for_errno(err, "attaching 'pyland_ops'", struct_ops=True, sysroot=sysroot)
     assert e.code == ExitCode.BUSY
     assert e.message == "another sched_ext scheduler is loaded: scx_rusty"
 
 
 def test_errno_mapping() -> None:
-    assert L.error_for_errno(errno.EPERM, "loading x").code == ExitCode.PERMISSION
+    assert error_for_errno(errno.EPERM, "loading x").code == ExitCode.PERMISSION
     # EPERM with a verifier log is the verifier talking, not missing privileges
     verifier_log = "0: (b7) r0 = 0\nR0 leaks addr\n"
-    assert L.error_for_errno(errno.EPERM, "loading x", log=verifier_log).code == ExitCode.BPF
-    assert L.error_for_errno(errno.EINVAL, "loading x").code == ExitCode.BPF
-    assert L.error_for_errno(errno.EBUSY, "map op").code == ExitCode.BPF  # only struct_ops attach is BUSY
+    assert error_for_errno(errno.EPERM, "loading x", log=verifier_log).code == ExitCode.BPF
+    assert error_for_errno(errno.EINVAL, "loading x").code == ExitCode.BPF
+    assert error_for_errno(errno.EBUSY, "map op").code == ExitCode.BPF  # only struct_ops attach is BUSY
 
 
 def test_verifier_reason_skips_instructions_and_statistics() -> None:
     log = ("7: (15) if r0 == 0x0 goto pc+1\n8: (79) r6 = *(u64 *)(r0 +32)\n"
            "bad access\nprocessed 8 insns (limit)\n")
-    assert L.verifier_reason(log) == "bad access"
+    assert verifier_reason(log) == "bad access"
 
 
 # the end of kernel 7.3's log for bad_oob.bpf.o (recorded in the VM guest): an extended diagnostic,
@@ -197,11 +207,11 @@ processed 8 insns (limit 1000000) max_states_per_insn 0 total_states 0 peak_stat
 
 
 def test_verifier_reason_of_a_kernel_7x_extended_log() -> None:
-    assert L.verifier_reason(LOG_7X) == (
+    assert verifier_reason(LOG_7X) == (
         "invalid access to map value, value_size=8 off=32 size=8; "
         "R0 min value is outside of the allowed memory range"
     )
-    tail = L.log_tail(LOG_7X)
+    tail = log_tail(LOG_7X)
     assert "off=32" in tail and "Verification failed: Memory Safety" in tail
     assert "The verifier cannot prove" in tail and "Suggestion" not in tail
 
@@ -211,7 +221,8 @@ def test_without_capabilities_load_is_permission_denied(objs: Path) -> None:
         pytest.skip("needs root to drop capabilities from (the suite runs as root: scripts/test.sh)")
     code = (
         "import sys\n"
-        "from scxctl.bpf.libbpf import BpfObject, BpfError\n"
+        "from scxctl.bpf.errors import BpfError\n"
+        "from scxctl.bpf.libbpf import BpfObject\n"
         "try:\n"
         f"    BpfObject.open({str(objs / 'globals.bpf.o')!r}).load()\n"
         "except BpfError as e:\n"
@@ -229,7 +240,7 @@ def test_libbpf_messages_go_to_structlog_at_debug(objs: Path) -> None:
     stream = io.StringIO()
     logsetup.configure("json", logging.DEBUG, stream=stream)
     try:
-        with L.BpfObject.open(objs / "globals.bpf.o") as obj:
+        with BpfObject.open(objs / "globals.bpf.o") as obj:
             obj.load()
     finally:
         logsetup.configure()
@@ -246,10 +257,10 @@ def test_a_kfunc_without_its_impl_entry_is_named_as_a_kernel_defect() -> None:
     log = ("cannot find function scx_bpf_error_bstr_impl in BTF\n"
            "kernel function btf_id 104453 does not have a valid func_proto\n"
            "processed 0 insns (limit 1000000)\n")
-    e = L.error_for_errno(errno.EINVAL, "loading pyland.bpf.o failed", log=log)
+    e = error_for_errno(errno.EINVAL, "loading pyland.bpf.o failed", log=log)
     assert e.code == ExitCode.UNSUPPORTED
     assert "cannot call the kfunc scx_bpf_error_bstr:" in e.message
     assert "no scx_bpf_error_bstr_impl" in e.message
     # any other verifier complaint stays a verifier rejection
-    other = L.error_for_errno(errno.EINVAL, "loading x", log="0: (85) call foo\nR1 must be a rcu pointer\n")
+    other = error_for_errno(errno.EINVAL, "loading x", log="0: (85) call foo\nR1 must be a rcu pointer\n")
     assert other.code == ExitCode.BPF and "R1 must be a rcu pointer" in other.message

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from cheader import defines, struct_members
 
 from scxctl.errors import ExitCode, ScxctlError
 from scxctl.pyland.policies import BUILTIN_POLICIES, DEFAULT_POLICY
@@ -17,18 +18,32 @@ from scxctl.pyland.policy import (
 )
 
 
-def test_task_and_decision_are_slotted_with_the_record_fields() -> None:
-    assert Task.__slots__ == TASK_FIELDS
-    assert Decision.__slots__ == DECISION_FIELDS
-    assert TASK_FIELDS == (
-        "pid", "cpu", "nr_cpus_allowed", "flags", "start_ts", "stop_ts",
-        "exec_runtime", "weight", "vtime", "enq_cnt", "comm",
-    )  # fmt: skip
-    assert DECISION_FIELDS == ("pid", "cpu", "preempt", "slice_ns", "deadline", "vtime", "enq_cnt")
-    with pytest.raises(AttributeError):
-        Task().extra = 1  # type: ignore[attr-defined]
-    with pytest.raises(AttributeError):
-        Decision().extra = 1  # type: ignore[attr-defined]
+def test_task_and_decision_are_slotted() -> None:
+    """One Task and one Decision are reused for every record: a mistyped attribute must raise, not
+    quietly become a field that the loop never reads."""
+    for obj in (Task(), Decision()):
+        assert not hasattr(obj, "__dict__")
+        with pytest.raises(AttributeError):
+            obj.extra = 1  # type: ignore[union-attr]
+
+
+def test_policy_fields_are_the_c_record_members_in_c_order() -> None:
+    """Task and Decision name their fields after the members of struct pyland_task and struct
+    pyland_decision, in the C order (the loader reports an unset field in that order, repr prints
+    it); the decision's `flags` word is one bool per PYLAND_DECISION_* flag. The C side is read from
+    bpf/pyland.h, not copied here, so a member added, renamed or moved in C fails this test until
+    Python follows. (tests/test_pyland_records.py ties the header to the compiled BTF and the
+    struct formats.)"""
+    task = tuple(struct_members("pyland_task"))
+    flag_fields = [name.lower() for name in defines("PYLAND_DECISION_")]
+    assert flag_fields, "bpf/pyland.h defines no PYLAND_DECISION_* flag"
+    decision = tuple(
+        f for m in struct_members("pyland_decision") for f in (flag_fields if m == "flags" else [m])
+    )
+    assert Task.__slots__ == task
+    assert task == TASK_FIELDS
+    assert Decision.__slots__ == decision
+    assert decision == DECISION_FIELDS
 
 
 def test_unset_decision_has_no_fields() -> None:

@@ -11,8 +11,8 @@ import pytest
 from scxctl.errors import ExitCode, ScxctlError
 from scxctl.pyland.policies import DeadlinePolicy, FifoPolicy
 from scxctl.pyland.policies.emulate import EmulatedTask, enqueue
-from scxctl.pyland.policies.loader import check_decision, validation_tasks
-from scxctl.pyland.policy import PYLAND_CPU_ANY, Decision, Policy, PolicyOptions, Task, load_policy
+from scxctl.pyland.policies.loader import check_decision, load_policy, validation_tasks
+from scxctl.pyland.policy import PYLAND_CPU_ANY, Decision, Policy, PolicyOptions, Task
 
 OPTS = PolicyOptions(nr_cpus=2)
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "policies"
@@ -23,6 +23,7 @@ GOOD_DECIDE = """
         d.pid = task.pid
         d.cpu = -1
         d.preempt = False
+        d.direct_wake = False
         d.slice_ns = 0
         d.deadline = 1
         d.vtime = task.vtime
@@ -164,6 +165,7 @@ def test_decide_raising_only_on_a_pinned_task(tmp_path: Path) -> None:
         ("del d.deadline", "decide() left Decision.deadline unset"),
         ("del d.enq_cnt", "decide() left Decision.enq_cnt unset"),
         ("d.preempt = 1", "set Decision.preempt to 1; it must be True or False"),
+        ("d.direct_wake = None", "set Decision.direct_wake to None; it must be True or False"),
         ("d.slice_ns = 1.5e6", "set Decision.slice_ns to 1500000.0 (float); it must be an int"),
         ("d.deadline = True", "set Decision.deadline to True (bool); it must be an int"),
         ("d.cpu = None", "set Decision.cpu to None (NoneType); it must be an int"),

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from scxctl.pyland.policies.emulate import EmulatedTask, enqueue
-from scxctl.pyland.policy import Decision, PolicyOptions, load_policy
+from scxctl.pyland.policies.loader import load_policy
+from scxctl.pyland.policy import Decision, PolicyOptions
 
 US = 1_000
 MS = 1_000_000

@@ -11,7 +11,9 @@ Every test asserts the counter or the message that proves its path ran:
   slice (nr_stale, nr_rescued, nr_malformed, nr_clamped, nr_bounced);
 - CPU hotplug: cpu1 offline then online under stress: enabled again within 5 s each time, the same
   process, two restarts;
-- an object configured without the scheduler's TGID refuses to run (ops.init fails).
+- an object configured without the scheduler's TGID refuses to run (ops.init fails);
+- overload: a slow policy under a thousand waking threads fills a small queued ring (nr_ring_full),
+  or passes the backlog limit (nr_backlog); BPF places those tasks and pyland stays attached.
 
 Scenarios that leave tasks waiting for a stuck policy without a watchdog run pyland with --partial
 and only their victims in SCHED_EXT, so that the script driving them is not among the waiting.
@@ -208,6 +210,19 @@ while shared.exit_kind() == 0 and time.monotonic() < end:
 print(shared.exit_info().describe())
 PY
 snap notgid.after
+
+# 9. overload: a slow policy (2 ms a task) under a thousand sleeping threads. A 16 KiB queued ring
+# (about 190 tasks) fills; with a backlog limit of 16 the backlog fallback comes first. A 1 s budget:
+# under this load a 2 ms sleep in decide() can take 100 ms to come back, and the watchdog is not
+# what this scenario tests.
+for o in ring:--ring-kib=16:--max-backlog=1000000 backlog:--max-backlog=16; do
+    IFS=: read -r name a b <<<"$o"
+    start $name slow --partial --policy-budget-ms 1000 $a $b
+    touch $ARM_FILE
+    ext stress-ng --sleep 2 --sleep-max 512 --timeout 8s >/dev/null 2>&1; echo $? >"$R/$name.stress.rc"
+    snap $name.after_stress
+    finish $name
+done
 exit 0
 """
 
@@ -323,3 +338,12 @@ def test_an_object_without_the_scheduler_tgid_refuses_to_run(guest: Path) -> Non
     out = read(guest, "notgid.txt")
     assert out.startswith("ERROR_BPF") and "loaded without the scheduler's TGID" in out, out
     assert read(guest, "notgid.after.txt").split() == ["state=disabled", "ops=none"]
+
+
+@pytest.mark.parametrize(("name", "counter"), [("ring", "ring-full"), ("backlog", "backlog")])
+def test_overload_falls_back_to_bpf_and_stays_attached(guest: Path, name: str, counter: str) -> None:
+    log = attached(guest, name)
+    assert read(guest, f"{name}.stress.rc").strip() == "0", log[-2000:]
+    assert read(guest, f"{name}.after_stress.txt").split() == ["state=enabled", "ops=pyland"], log[-2000:]
+    assert read(guest, f"{name}.rc").strip() == "0", log[-2000:]
+    assert summary_counter(log, counter) > 0, log[-2000:]

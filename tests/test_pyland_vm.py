@@ -187,8 +187,11 @@ def test_no_direct_wake_sends_every_wake_up_through_python(guest: Path) -> None:
     assert stats, log[-2000:]
     last = stats[-1]
     assert last["nr_dispatched"] > 0
-    assert last["nr_direct_wakes"] == 0 and last["nr_wake_updates"] == 0
-    assert last["nr_quiet"] == 0
+    assert last["nr_direct_wakes"] == 0
+    # what BPF still places itself is a task's first enqueue (new_direct): quiet, and its decision
+    # only updates the task, like a direct wake-up's
+    assert last["nr_quiet"] == last["nr_new_direct"] > 0
+    assert last["nr_wake_updates"] <= last["nr_new_direct"]
     assert read(guest, "run5.rc").strip() == "0"
 
 

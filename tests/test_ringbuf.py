@@ -26,8 +26,9 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from scxctl.bpf import libbpf as L
 from scxctl.bpf import ringbuf as R
+from scxctl.bpf.errors import BpfError
+from scxctl.bpf.libbpf import BpfObject
 
 if TYPE_CHECKING:  # tools/ is not copied into the guest, which runs this module too
     from tools.vm.api import VM, VMResult
@@ -79,7 +80,7 @@ def straddles(start: int, n: int, size: int) -> int:
 class Harness:
     """The loaded test object plus helpers to run its programs and read its counters."""
 
-    def __init__(self, obj: L.BpfObject) -> None:
+    def __init__(self, obj: BpfObject) -> None:
         self.obj = obj
         self.bss = obj.map(".bss").initial_value()
         self._produce = obj.program("produce")
@@ -105,7 +106,7 @@ def built() -> Path:
 
 @pytest.fixture
 def h(built: Path) -> Iterator[Harness]:
-    with L.BpfObject.open(built) as obj:
+    with BpfObject.open(built) as obj:
         obj.load()
         yield Harness(obj)
 
@@ -222,9 +223,9 @@ def test_short_records_are_counted_not_misread(h: Harness) -> None:
 
 
 def test_reader_and_writer_check_the_map_type(h: Harness) -> None:
-    with pytest.raises(L.BpfError, match="not a ring buffer"):
+    with pytest.raises(BpfError, match="not a ring buffer"):
         R.open_reader(h.uring_fd)
-    with pytest.raises(L.BpfError, match="not a user ring buffer"):
+    with pytest.raises(BpfError, match="not a user ring buffer"):
         R.open_writer(h.ring_fd)
 
 
@@ -234,9 +235,9 @@ def test_factories_fall_back_to_libbpf_off_x86(h: Harness, monkeypatch: pytest.M
     with R.open_reader(h.ring_fd) as reader, R.open_writer(h.uring_fd) as writer:
         assert isinstance(reader, R.LibbpfRingBufferReader)
         assert isinstance(writer, R.LibbpfUserRingBufferWriter)
-    with pytest.raises(L.BpfError, match="x86-64"):
+    with pytest.raises(BpfError, match="x86-64"):
         R.RingBufferReader(h.ring_fd)
-    with pytest.raises(L.BpfError, match="x86-64"):
+    with pytest.raises(BpfError, match="x86-64"):
         R.open_writer(h.uring_fd, "mmap")
 
 
@@ -377,7 +378,7 @@ def test_user_records_straddling_the_wrap(h: Harness, backend: R.Backend) -> Non
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_oversized_record_is_e2big(h: Harness, backend: R.Backend) -> None:
     with R.open_writer(h.uring_fd, backend) as writer:
-        with pytest.raises(L.BpfError) as ei:
+        with pytest.raises(BpfError) as ei:
             writer.write(struct.Struct(f"={RING_SIZE}s"), b"")
         assert ei.value.errno == errno.E2BIG
         # the largest record that fits: header + payload == the whole ring
@@ -391,7 +392,7 @@ def test_oversized_record_is_e2big(h: Harness, backend: R.Backend) -> None:
 # --- the same suite in the VM guest: Debian trixie's libbpf 1.5 (ring_buffer__consume_n path) ---------
 
 GUEST_CMD = (
-    "cd /opt/scxctl && python3 -c 'import json; from scxctl.bpf import libbpf as L; "
+    "cd /opt/scxctl && python3 -c 'import json; from scxctl.bpf import libbpf_api as L; "
     'json.dump({"version": L.libbpf_version(), "consume_n": hasattr(L.lib(), "ring_buffer__consume_n")}, '
     'open("/results/libbpf.json", "w"))\' '
     "&& python3 -m pytest -q -p no:cacheprovider --noconftest -m 'not vm' "

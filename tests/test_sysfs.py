@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from fakeroot import RELEASE, FakeRoot
 
-from scxctl.sysfs import SysRoot, read_sched_ext
+from scxctl.sysfs import SysRoot, nr_cpu_ids, read_sched_ext
 
 
 def test_default_root_is_slash_and_env_overrides(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -78,3 +78,13 @@ def test_read_sched_ext_absent_present_and_malformed(tmp_path: Path) -> None:
     fake.unreadable_dir("/sys/kernel/sched_ext/state")
     st = read_sched_ext(fake.sysroot)
     assert (st.nr_rejected, st.state, st.enabled) == (None, None, False)
+
+
+def test_nr_cpu_ids_is_one_past_the_highest_possible_cpu_not_a_count(tmp_path: Path) -> None:
+    fake = FakeRoot(tmp_path)
+    fake.write("/sys/devices/system/cpu/possible", "0,4-7\n")  # sparse ids: 5 CPUs, ids up to 7
+    assert nr_cpu_ids(fake.sysroot) == 8
+    fake.write("/sys/devices/system/cpu/possible", "0-3\n")
+    assert nr_cpu_ids(fake.sysroot) == 4
+    fake.write("/sys/devices/system/cpu/possible", "")  # the kernel does not say: the CPU count
+    assert nr_cpu_ids(fake.sysroot) == (os.cpu_count() or 1)

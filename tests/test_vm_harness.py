@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 import scxctl
-from tools.vm import accel, apt, cli, config, image, kernel, matrix, qemu, rundisk, runner
+from tools.vm import accel, api, apt, cli, config, image, kernel, matrix, qemu, rundisk, runner
 from tools.vm.api import VM, VMResult
 from tools.vm.codes import HarnessCode
 from tools.vm.rundisk import Copy
@@ -181,14 +181,16 @@ def test_panic_excerpt_starts_at_the_kernel_report() -> None:
     assert runner.panic_excerpt("\n".join(plain)).splitlines() == plain[-runner.PANIC_EXCERPT_LINES:]
 
 
-def _fake_runs(monkeypatch: pytest.MonkeyPatch, codes: list[int]) -> list[bool]:
-    """runner.run returns `codes` in turn; the returned list records each boot's tcg_single."""
+def _fake_runs(monkeypatch: pytest.MonkeyPatch, codes: list[int], report: str = "x") -> list[bool]:
+    """runner.run returns `codes` in turn, panics with `report`; the returned list records each
+    boot's tcg_single."""
     seen: list[bool] = []
+    monkeypatch.setattr(api, "RETRIED", [])  # fake boots stay out of the real test summary
 
     def fake_run(spec: runner.RunSpec, sink: object = None) -> runner.Outcome:
         seen.append(spec.tcg_single)
         code = codes[len(seen) - 1]
-        msg = "guest kernel panic: x" if code == HarnessCode.PANIC else None
+        msg = f"guest kernel panic: {report}" if code == HarnessCode.PANIC else None
         return runner.Outcome(code, b"", msg, "tcg", 1.0, 2.0, "")
 
     monkeypatch.setattr(runner, "run", fake_run)
@@ -207,6 +209,35 @@ def test_panics_retry_and_the_last_boot_is_single_threaded(
     seen = _fake_runs(monkeypatch, [P, P, P])
     res = VM(lambda: tmp_path).run("true", single_on_last_retry=False)
     assert res.returncode == P and res.boots == 3 and seen == [False, False, False]
+    # The stale-patch flake alone gets more boots; the last one single-threaded unless told not to.
+    flake = "Fatal exception in interrupt\n[ 80.8] Oops: int3: 0000 [#1] SMP NOPTI"
+    seen = _fake_runs(monkeypatch, [P, P, P, P, 0], flake)
+    res = VM(lambda: tmp_path).run("true", single_on_last_retry=False)
+    assert res.returncode == 0 and res.boots == 5 and seen == [False] * 5
+    seen = _fake_runs(monkeypatch, [P] * 5, flake)
+    res = VM(lambda: tmp_path).run("true")
+    assert res.returncode == P and res.boots == 5 and seen == [False] * 4 + [True]
+    # Any other panic keeps the three boots.
+    seen = _fake_runs(monkeypatch, [P] * 5)
+    res = VM(lambda: tmp_path).run("true", single_on_last_retry=False)
+    assert res.returncode == P and res.boots == 3
+    # A report pointing into a BPF program or sched_ext is ours: never retried.
+    for ours in ("Oops: general protection fault\n RIP: 0010:bpf_prog_3f2a_pyland_dispatch+0x4b/0x1a0",
+                 "BUG: kernel NULL pointer dereference\n scx_dsq_move+0x21/0x90",
+                 "WARNING: CPU: 1 PID: 9 at kernel/sched/ext.c:2012 ops_dequeue+0x1/0x2"):
+        seen = _fake_runs(monkeypatch, [P, 0], ours)
+        res = VM(lambda: tmp_path).run("true")
+        assert res.returncode == P and res.boots == 1 and seen == [False], ours
+
+
+def test_every_retried_boot_is_recorded_with_its_test_and_report(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    flake = "Fatal exception\n[ 80.8] Oops: int3: 0000 [#1] SMP\n[ 80.9] RIP: 0010:__schedule+0x51b"
+    _fake_runs(monkeypatch, [HarnessCode.PANIC, 0], flake)
+    VM(lambda: tmp_path, lambda: "tests/test_x.py::t").run("true")
+    assert [(r.who, r.attempt) for r in api.RETRIED] == [("tests/test_x.py::t", 1)]
+    assert "Oops: int3" in api.RETRIED[0].report and "RIP: 0010:__schedule" in api.RETRIED[0].report
     # No panic, no retry.
     seen = _fake_runs(monkeypatch, [3])
     res = VM(lambda: tmp_path).run("true")

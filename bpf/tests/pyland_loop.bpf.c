@@ -59,6 +59,7 @@ struct drain_results {
 	__s32 last_cpu;
 	__u64 last_deadline;
 	__u64 last_vtime;
+	__u64 direct_wake;	/* decisions with PYLAND_DECISION_DIRECT_WAKE */
 	/* unused: puts both record layouts into this object's BTF for tests/test_pyland_records.py */
 	struct pyland_task task_layout;
 	struct pyland_decision decision_layout;
@@ -81,6 +82,7 @@ static long feed_one(__u64 i, struct feed_args *a)
 	rec->stop_ts = 2000 + i;
 	rec->exec_runtime = 100000 + i;
 	rec->weight = a->weight;
+	rec->placed = (__u32)(i & 1);	/* every other record: placed by BPF already */
 	rec->vtime = a->vtime;
 	rec->enq_cnt = a->enq_base + i;
 	__builtin_memcpy(rec->comm, "pyland-feed\0\0\0\0", PYLAND_COMM_LEN);
@@ -115,6 +117,8 @@ static long check_one(struct bpf_dynptr *dynptr, void *ctx)
 		results.out_of_order++;
 	if (d->flags & PYLAND_DECISION_PREEMPT)
 		results.preempt++;
+	if (d->flags & PYLAND_DECISION_DIRECT_WAKE)
+		results.direct_wake++;
 	results.sum_slice_ns += d->slice_ns;
 	results.last_pid = d->pid;
 	results.last_cpu = d->cpu;

@@ -3,7 +3,8 @@
     scxctl run pyland --policy examples/policies/boost_comm.py
 
 Tasks whose command name (Task.comm) is in BOOSTED get a deadline one budget (20 ms) earlier than
-"deadline" would give them, and preempt the running task when they wake up. Everything else is
+"deadline" would give them, preempt the running task when they wake up, and get their next
+wake-ups placed by BPF at once (the direct wake-up grant). Everything else is
 the built-in policy, reached through super().decide().
 """
 
@@ -29,7 +30,8 @@ class BoostComm(DeadlinePolicy):
         if task.comm in BOOSTED:
             self.nr_favoured += 1
             decision.deadline = max(decision.deadline - self.bonus, 0)
-            decision.preempt = decision.preempt or (task.flags & SCX_ENQ_WAKEUP) != 0
+            if task.flags & SCX_ENQ_WAKEUP:  # run now, and place its next wake-ups at once
+                decision.preempt = decision.direct_wake = True
 
     def stats(self) -> dict[str, int]:
         return {**super().stats(), "favoured": self.nr_favoured}

@@ -31,6 +31,7 @@ class RoundRobin(Policy):
         decision.pid = task.pid
         decision.cpu = task.cpu if task.nr_cpus_allowed == 1 else PYLAND_CPU_ANY
         decision.preempt = False
+        decision.direct_wake = False
         decision.slice_ns = slice_ns
         decision.deadline = self.turn
         decision.vtime = task.vtime

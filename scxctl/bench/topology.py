@@ -6,20 +6,7 @@ import os
 from dataclasses import dataclass
 
 from scxctl.errors import UsageError
-from scxctl.sysfs import SysRoot
-
-CPU_DIR = "/sys/devices/system/cpu"
-
-
-def parse_cpu_list(text: str) -> list[int]:
-    """Kernel cpulist format ("0-3,8,10-11") -> sorted CPU ids."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
-    return sorted(cpus)
+from scxctl.sysfs import CPU_DIR, SysRoot, parse_cpu_list
 
 
 @dataclass(frozen=True)

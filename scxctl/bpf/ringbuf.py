@@ -33,14 +33,9 @@ import struct
 from types import TracebackType
 from typing import Any, Literal, Protocol
 
-from scxctl.bpf.libbpf import (
-    BPF_MAP_TYPE_RINGBUF,
-    BPF_MAP_TYPE_USER_RINGBUF,
-    BpfError,
-    error_for_errno,
-    lib,
-    map_info,
-)
+from scxctl.bpf.errors import BpfError, error_for_errno
+from scxctl.bpf.libbpf import map_info
+from scxctl.bpf.libbpf_api import BPF_MAP_TYPE_RINGBUF, BPF_MAP_TYPE_USER_RINGBUF, lib
 
 PAGE_SIZE = mmap.PAGESIZE
 HDR_SIZE = 8

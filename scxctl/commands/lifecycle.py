@@ -124,7 +124,7 @@ def list_(json_output: bool = typer.Option(False, "--json", help="Print JSON."))
     except client.DaemonUnreachable:
         from scxctl import paths
         from scxctl.daemon.config import ConfigError, load_config
-        from scxctl.daemon.service import listing
+        from scxctl.daemon.listing import listing
 
         try:
             data = listing(load_config(paths.config_file()))

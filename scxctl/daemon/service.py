@@ -2,7 +2,8 @@
 
 Request handling lives here: each mutating request is validated against the config (clients name
 a scheduler, a mode and for pyland a policy, never a program or its flags), persisted, then handed
-to the supervisor; the reply is the status as the kernel reports it afterwards.
+to the supervisor; the reply is the status as the kernel reports it afterwards. The status line's
+wording is in status_text.py, the `list` reply in listing.py.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from scxctl import __version__, paths
 from scxctl.daemon import notify, protocol
 from scxctl.daemon.config import PYLAND, ConfigError, DaemonConfig, load_config
 from scxctl.daemon.exitinfo import ExitInfo
+from scxctl.daemon.listing import listing
 from scxctl.daemon.modes import PYLAND_MODES, Mode, parse_mode
 from scxctl.daemon.protocol import Request
 from scxctl.daemon.server import ControlServer, Peer
 from scxctl.daemon.state import DesiredState, StateError, load_state, quarantine, save_state
-from scxctl.daemon.supervisor import ChildSpec, Phase, Supervisor
+from scxctl.daemon.status_text import summary
+from scxctl.daemon.supervisor import ChildSpec, Supervisor
 from scxctl.errors import ExitCode, ScxctlError, UsageError
 from scxctl.log import get_logger
 from scxctl.sysfs import STATE_DISABLED, SchedExtStatus, SysRoot, sysrq_reset_sched_ext
@@ -146,6 +149,9 @@ class Daemon:
     async def _restore(self) -> None:
         state = self.state
         if not state.enabled or not state.scheduler:
+            # said out loud: a start-up that decided to restore nothing is then told apart, in the
+            # log, from one that has not decided yet
+            log.info("restore_skipped", scheduler=None, pid=None, reason="nothing enabled")
             return
         if not self.config.restore_on_boot:
             log.info(
@@ -210,7 +216,7 @@ class Daemon:
         if req.op == "status":
             return self.status()
         if req.op == "list":
-            return self.listing()
+            return listing(self.config)
         assert self._lock is not None
         async with self._lock:
             if req.op == "disable":
@@ -352,7 +358,7 @@ class Daemon:
         await self.supervisor.stop("disabled")
         return self.status()
 
-    # -- views ----------------------------------------------------------------------------------
+    # -- the status reply -----------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
         kernel = self.supervisor.kernel()
@@ -361,7 +367,7 @@ class Daemon:
         loaded = kernel.enabled or bool(kernel.ops)
         owner = "scxctl" if ours else ("other" if loaded else None)
         return {
-            "summary": self._summary(kernel, sup, owner),
+            "summary": summary(kernel, sup, owner),
             "kernel": {
                 "sched_ext": kernel.available,
                 "state": kernel.state,
@@ -387,62 +393,3 @@ class Daemon:
                 "group": self.config.group,
             },
         }
-
-    def _summary(self, kernel: SchedExtStatus, sup: dict[str, Any], owner: str | None) -> str:
-        if not kernel.available:
-            return "sched_ext is not available in this kernel"
-        if owner == "scxctl":
-            return (
-                f"{sup['scheduler']} ({sup['mode']}) running, pid {sup['pid']}, "
-                f"restarts {sup['restart_count']}, re-attaches {sup['reattach_count']}"
-            )
-        if owner == "other":
-            return f"another scheduler ({kernel.ops or kernel.state}) is loaded, not managed by scxctl"
-        phase = sup["phase"]
-        if phase == Phase.FAILED.value and sup["gave_up"]:
-            return f"{sup['scheduler']} gave up ({sup['gave_up']['reason']}); default scheduler active"
-        if phase == Phase.BACKOFF.value:
-            last = sup["last_exit"] or {}
-            return (
-                f"{sup['scheduler']} not running, restart in {sup['next_restart_in_s']}s after "
-                f"{last.get('kind')}: {last.get('reason')}"
-            )
-        if phase == Phase.STARTING.value:
-            return f"{sup['scheduler']} starting"
-        return "default scheduler (no sched_ext scheduler loaded)"
-
-    def listing(self) -> dict[str, Any]:
-        return listing(self.config)
-
-
-def listing(config: DaemonConfig) -> dict[str, Any]:
-    """Schedulers and modes as configured (also used by the CLI when no daemon answers)."""
-    schedulers = [
-        {
-            "name": PYLAND,
-            "kind": "pyland",
-            "ops": config.pyland_ops,
-            "available": True,
-            "policies": list(config.pyland_policies),
-        }
-    ]
-    for name, ext in sorted(config.schedulers.items()):
-        schedulers.append(
-            {
-                "name": name,
-                "kind": "external",
-                "ops": ext.ops,
-                "command": list(ext.command),
-                "available": os.access(ext.command[0], os.X_OK),
-                "modes": {m: list(a) for m, a in ext.modes.items()},
-            }
-        )
-    modes = [
-        {"name": m.value, "pyland_options": PYLAND_MODES[m].argv(), "why": PYLAND_MODES[m].why} for m in Mode
-    ]
-    return {
-        "default_scheduler": config.default_scheduler,
-        "default_mode": config.default_mode.value,
-        "schedulers": schedulers,
-        "modes": modes,
-    }

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from scxctl.bpf import object as bpfobject
+from scxctl.bpf.verifier_log import log_tail
 from scxctl.caps import CAP_BPF, CAP_NAMES, CAP_SYS_ADMIN, CapsError, read_caps
 from scxctl.doctor.model import CheckResult, DoctorContext, Status, check, describe_error, result
 from scxctl.errors import ExitCode, ScxctlError
@@ -110,8 +111,6 @@ def bpf_object(ctx: DoctorContext) -> CheckResult:
     try:
         ctx.bpf_load(c.path, ctx.sysroot)
     except ScxctlError as exc:
-        from scxctl.bpf.libbpf import log_tail  # only a failed load has a verifier log to shorten
-
         # exactly the text `scxctl run` prints after "error:", so the two can be matched up
         reason = " ".join(exc.message.split())
         log = getattr(exc, "log", "")

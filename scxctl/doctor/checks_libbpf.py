@@ -6,10 +6,9 @@ import ctypes
 import re
 from typing import Any
 
+from scxctl.bpf.libbpf_api import LIBBPF_SONAME, MIN_VERSION  # declarations only: loads nothing
 from scxctl.doctor.model import CheckResult, DoctorContext, Status, check, result
 
-LIBBPF_SONAME = "libbpf.so.1"
-MIN_VERSION = (1, 4)
 _INSTALL_HINT = ("apt-get install libbpf1 (Debian 12: apt-get install -t bookworm-backports libbpf1; "
                  "Debian 13 and newer: the default one)")
 

@@ -8,12 +8,15 @@ The kernel/user hand-off rules of a user-space scheduler shape every line here:
   BPF side drains the decisions on this CPU before the scheduler runs again;
 - a full user ring never drops a decision: the rest of the batch waits in a small pending list
   (the pool), which is retried after a yield;
-- the hot path has no logging and no allocation per record: ONE Task and ONE Decision are reused,
-  counters are plain ints, and the periodic summary is built outside the per-record loop;
+- the hot path has no logging and allocates one small tuple per record (the decision's values):
+  ONE Task and ONE Decision are reused, counters are plain ints, and the periodic summary is built
+  outside the per-record loop;
 - wall time AND thread CPU time are measured per batch: a long wall time with little CPU time
   means the scheduler was off-CPU, not slow;
-- the time the batch enters the policy is published (policy_since, 0 when it leaves): the BPF core
-  stops handing tasks to a policy past its budget, and the watchdog thread detaches pyland;
+- the time each decide() call starts is published (policy_since, 0 once the batch is done): the BPF
+  core stops handing tasks to a policy past its budget, and the watchdog thread detaches pyland.
+  Per call, not per batch: a long batch of quick decisions is not a stuck policy (under TCG a batch of
+  256 took up to 130 ms);
 - a decision's pid and generation are the record's, whatever the policy wrote: a wrong one would
   leave its task waiting for a decision that never comes.
 """
@@ -25,24 +28,23 @@ import select
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
+from scxctl.bpf.ringbuf import Reader, Writer
 from scxctl.pyland.policy import Decision, Policy, Task, batch_end_hook
-from scxctl.pyland.records import DECISION, NR_CONSUMED, NR_SCHEDULED, NR_WRITTEN, POLICY_SINCE, TASK
+from scxctl.pyland.records import (
+    DECISION,
+    DECISION_DIRECT_WAKE,
+    DECISION_PREEMPT,
+    NR_CONSUMED,
+    NR_SCHEDULED,
+    NR_WRITTEN,
+    POLICY_SINCE,
+    TASK,
+)
 from scxctl.pyland.shared import SharedState
 
 DEFAULT_BATCH = 256
 DEFAULT_WAIT_S = 0.1  # epoll timeout when idle: also the period of stats and exit checks
-
-
-class Reader(Protocol):
-    fd: int
-
-    def read_batch(self, fmt: object, out: list[tuple[object, ...]], limit: int) -> int: ...
-
-
-class Writer(Protocol):
-    def write(self, fmt: object, *values: object) -> bool: ...
 
 
 @dataclass
@@ -146,29 +148,33 @@ class SchedulerLoop:
         decide = self.policy.decide
         write = self.writer.write
         written = 0
-        counters[POLICY_SINCE] = time.monotonic_ns()
+        now_ns = time.monotonic_ns
         for rec in records:
+            counters[POLICY_SINCE] = now_ns()
             (task.pid, task.cpu, task.nr_cpus_allowed, task.flags, task.start_ts, task.stop_ts,
-             task.exec_runtime, task.weight, task.vtime, task.enq_cnt, task.comm) = rec
+             task.exec_runtime, task.weight, task.placed, task.vtime, task.enq_cnt, task.comm) = rec
             try:  # zero-cost unless it raises (3.11+); only the policy's own errors are wrapped
                 decide(task, decision)
             except Exception as exc:
                 counters[POLICY_SINCE] = 0
                 raise PolicyFailed(self.policy.name, exc) from exc
+            values = (task.pid, decision.cpu,
+                      (DECISION_PREEMPT if decision.preempt else 0) |
+                      (DECISION_DIRECT_WAKE if decision.direct_wake else 0),
+                      decision.slice_ns, decision.deadline, decision.vtime, task.enq_cnt)
             # keep the order: once one decision waits, every later one waits behind it
-            if not pending and write(DECISION, task.pid, decision.cpu, 1 if decision.preempt else 0,
-                                     decision.slice_ns, decision.deadline, decision.vtime, task.enq_cnt):
+            if not pending and write(DECISION, *values):
                 written += 1
-            else:  # the user ring is full: the pool keeps this decision (rare: a tuple is fine)
+            else:  # the user ring is full: the pool keeps this decision
                 if not pending:
                     st.ring_full += 1
-                pending.append((task.pid, decision.cpu, 1 if decision.preempt else 0,
-                                decision.slice_ns, decision.deadline, decision.vtime, task.enq_cnt))
+                pending.append(values)
 
         st.written += written
         st.batches += 1
         counters[NR_WRITTEN] = st.written
         if self._batch_end is not None:
+            counters[POLICY_SINCE] = now_ns()
             try:
                 self._batch_end(time.monotonic_ns())
             except Exception as exc:

@@ -25,7 +25,8 @@ NSEC_PER_MSEC = 1_000_000
 U64_MAX = (1 << 64) - 1
 
 # Field order of the records (struct pyland_task / pyland_decision): the loop may rely on it to
-# fill a Task from an unpacked record; Decision.preempt stands for bit 0 of the record's flags.
+# fill a Task from an unpacked record; Decision.preempt and Decision.direct_wake stand for the bits of
+# the record's flags (PYLAND_DECISION_PREEMPT, PYLAND_DECISION_DIRECT_WAKE).
 TASK_FIELDS = (
     "pid",
     "cpu",
@@ -35,11 +36,12 @@ TASK_FIELDS = (
     "stop_ts",
     "exec_runtime",
     "weight",
+    "placed",
     "vtime",
     "enq_cnt",
     "comm",
 )
-DECISION_FIELDS = ("pid", "cpu", "preempt", "slice_ns", "deadline", "vtime", "enq_cnt")
+DECISION_FIELDS = ("pid", "cpu", "preempt", "direct_wake", "slice_ns", "deadline", "vtime", "enq_cnt")
 
 
 class Task:
@@ -55,6 +57,7 @@ class Task:
     stop_ts: int  # ns timestamp: the task last stopped running
     exec_runtime: int  # ns of CPU time since the task last slept
     weight: int  # 1..10000, 100 = nice 0
+    placed: int  # 1: BPF already placed this task (a direct wake-up, its first enqueue), 0: it waits
     vtime: int  # the vtime the policy last returned for this task (0 for a new task)
     enq_cnt: int  # generation of this enqueue: echo it in Decision.enq_cnt
     comm: bytes  # 16 bytes, NUL-padded
@@ -70,6 +73,7 @@ class Task:
         stop_ts: int = 0,
         exec_runtime: int = 0,
         weight: int = NICE0_WEIGHT,
+        placed: int = 0,
         vtime: int = 0,
         enq_cnt: int = 0,
         comm: bytes = b"",
@@ -82,6 +86,7 @@ class Task:
         self.stop_ts = stop_ts
         self.exec_runtime = exec_runtime
         self.weight = weight
+        self.placed = placed
         self.vtime = vtime
         self.enq_cnt = enq_cnt
         self.comm = comm
@@ -104,6 +109,7 @@ class Decision:
     pid: int  # Task.pid
     cpu: int  # target CPU, or PYLAND_CPU_ANY (-1): shared DSQ, the BPF may pick an idle CPU
     preempt: bool  # kick the target CPU so the task runs now (wake-up boost)
+    direct_wake: bool  # grant: BPF places this task's next wake-ups itself, at once (see the docs)
     slice_ns: int  # time slice; 0 = the BPF default slice (1 ms)
     deadline: int  # ordering key in the DSQ: smaller runs first
     vtime: int  # the task's new vruntime, echoed back in its next Task.vtime
@@ -115,6 +121,7 @@ class Decision:
         pid: int = 0,
         cpu: int = PYLAND_CPU_ANY,
         preempt: bool = False,
+        direct_wake: bool = False,
         slice_ns: int = 0,
         deadline: int = 0,
         vtime: int = 0,
@@ -123,6 +130,7 @@ class Decision:
         self.pid = pid
         self.cpu = cpu
         self.preempt = preempt
+        self.direct_wake = direct_wake
         self.slice_ns = slice_ns
         self.deadline = deadline
         self.vtime = vtime
@@ -142,7 +150,7 @@ class Decision:
 class PolicyOptions:
     """What a policy may tune itself by; the 20 ms budget and the 1 ms BPF slice are separate."""
 
-    nr_cpus: int
+    nr_cpus: int  # the kernel's nr_cpu_ids: one past the highest possible CPU id (ids may be sparse)
     slice_ns: int = 20 * NSEC_PER_MSEC  # user-space budget: vruntime and deadline scale
     min_slice_ns: int = 1 * NSEC_PER_MSEC  # the BPF default/refill slice
     builtin_idle: bool = True
@@ -192,12 +200,3 @@ def batch_end_hook(policy: Policy) -> Callable[[int], None] | None:
         return None
     return policy.on_batch_end
 
-
-def load_policy(spec: str, options: PolicyOptions) -> Policy:
-    """A built-in policy by name or the policy defined in FILE.py, validated before any attach.
-
-    Raises ScxctlError(ExitCode.USAGE) with a one-line message on every failure.
-    """
-    from scxctl.pyland.policies.loader import load_policy as _load
-
-    return _load(spec, options)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import struct
 
 OPS_NAME = "pyland"
-CPU_ANY = -1
+# struct pyland_decision.flags
 DECISION_PREEMPT = 1
-COMM_LEN = 16
+DECISION_DIRECT_WAKE = 2
 # enum pyland_compat: what ops.init found this kernel cannot give (shared counter compat_missing)
 COMPAT_MISSING = {
     1 << 0: "scx_bpf_select_cpu_dfl (wake-ups are not moved to idle CPUs)",
@@ -28,8 +28,8 @@ REASON_LEN = 128
 MSG_LEN = 1024
 
 # struct pyland_task: pid, cpu, nr_cpus_allowed, flags, start_ts, stop_ts, exec_runtime, weight,
-# vtime, enq_cnt, comm[16]
-TASK = struct.Struct("=iiIIQQQQQQ16s")
+# placed, vtime, enq_cnt, comm[16]
+TASK = struct.Struct("=iiIIQQQIIQQ16s")
 # struct pyland_decision: pid, cpu, flags, slice_ns, deadline, vtime, enq_cnt
 DECISION = struct.Struct("=iiQQQQQ")
 # struct pyland_config (.rodata): slice_ns, usersched_tgid, builtin_idle, timer_ns, max_backlog, starve_ns,
@@ -71,6 +71,8 @@ SHARED_COUNTERS = (
     "nr_fair_new",
     "nr_new_direct",
     "vtime_now",
+    "deadline_lead",
+    "starving",
     "progress_seen",
     "progress_at",
     # written by user space
@@ -89,4 +91,4 @@ EXIT_OFFSET = 8 * len(SHARED_COUNTERS)
 EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")
 SHARED_SIZE = EXIT_OFFSET + EXIT_INFO.size
 
-assert TASK.size == 80 and DECISION.size == 48 and CONFIG.size == 72 and SHARED_SIZE == 1456
+assert TASK.size == 80 and DECISION.size == 48 and CONFIG.size == 72 and SHARED_SIZE == 1472

@@ -1,5 +1,8 @@
 """Runs pyland in the foreground: checks, load, harden, attach, loop, detach, say why it stopped.
 
+The checks are in preflight.py, the hardening in hardening.py, the .rodata configuration's layout in
+bpf_config.py and the wording of the result in run_result.py; this module runs them in order.
+
 Order matters and each step says why:
 1. everything that can fail with a user error (policy file, sched_ext present, root, another
    scheduler, object missing or stale, libbpf, verifier) fails BEFORE anything is attached;
@@ -22,11 +25,9 @@ from __future__ import annotations
 
 import atexit
 import collections
-import ctypes
 import gc
 import inspect
 import os
-import resource
 import signal
 import struct
 import sys
@@ -39,20 +40,24 @@ from scxctl import log as logsetup
 from scxctl.bpf import object as bpfobject
 from scxctl.bpf.libbpf import BpfError, BpfLink, BpfObject
 from scxctl.bpf.ringbuf import open_reader, open_writer
-from scxctl.errors import ExitCode, PermissionDenied, ScxctlError
+from scxctl.errors import ExitCode
+from scxctl.pyland.bpf_config import PylandConfig
+from scxctl.pyland.hardening import harden, raise_priority
 from scxctl.pyland.loop import PolicyFailed, SchedulerLoop
-from scxctl.pyland.policy import NSEC_PER_MSEC, NSEC_PER_USEC, Policy, PolicyOptions, load_policy
-from scxctl.pyland.records import COMPAT_MISSING, CONFIG, EXIT_STALLED, OPS_NAME, POLICY_SINCE
-from scxctl.pyland.shared import EXIT_UNREG, ExitInfo, SharedState
+from scxctl.pyland.policies.loader import load_policy
+from scxctl.pyland.policy import NSEC_PER_MSEC, NSEC_PER_USEC, Policy, PolicyOptions
+from scxctl.pyland.preflight import preflight
+from scxctl.pyland.records import COMPAT_MISSING, OPS_NAME, POLICY_SINCE
+from scxctl.pyland.run_result import RunResult, outcome, too_many_restarts
+from scxctl.pyland.shared import ExitInfo, SharedState
 from scxctl.pyland.watchdog import PolicyStuck, PolicyWatchdog, StuckReport
-from scxctl.sysfs import STATE_DISABLED, SysRoot, read_sched_ext
+from scxctl.sysfs import SysRoot, nr_cpu_ids, read_sched_ext
 
 log = logsetup.get_logger("scxctl.pyland")
 
 OPS_MAP = "pyland_ops"
 PARTIAL_OPS_MAP = "pyland_partial_ops"
 TIMER_NS = 100 * NSEC_PER_MSEC
-MCL_CURRENT, MCL_FUTURE = 1, 2
 # include/linux/sched/ext.h: the exit code's action bits; a restart is asked for on CPU hotplug
 SCX_ECODE_ACT_RESTART = 1 << 48
 RESTART_KINDS = (65, 66)  # UNREG_BPF, UNREG_KERN: the only kinds a restart request comes with
@@ -90,35 +95,9 @@ class RunOptions:
     sysroot: SysRoot = field(default_factory=SysRoot)
 
 
-@dataclass
-class RunResult:
-    exit: ExitInfo | None
-    stopped_by: str  # "signal SIGTERM", "kernel", "policy error", "attach check"
-    code: ExitCode
-    message: str
-    loop_stats: dict[str, int]
-    bpf_stats: dict[str, int]
-    restarts: int = 0
-
-
-def preflight(sysroot: SysRoot) -> None:
-    """The errors a user can act on, in the order worth fixing them."""
-    st = read_sched_ext(sysroot)
-    if not st.available:
-        raise ScxctlError("this kernel cannot run sched_ext schedulers (no /sys/kernel/sched_ext)",
-                          ExitCode.UNSUPPORTED,
-                          hint="boot a kernel with CONFIG_SCHED_CLASS_EXT=y, or run it in the VM: "
-                               "python -m tools.vm run -- scxctl run")
-    if os.geteuid() != 0:
-        raise PermissionDenied("scxctl run needs root (CAP_BPF and CAP_SYS_ADMIN to attach a scheduler)")
-    if st.ops or (st.state is not None and st.state != STATE_DISABLED):
-        raise ScxctlError(f"another sched_ext scheduler is loaded: {st.ops or '?'} (state {st.state})",
-                          ExitCode.BUSY, hint="stop it first")
-
-
 def policy_options(opts: RunOptions) -> PolicyOptions:
     """What the policy and the BPF config are both derived from (raises UsageError when inconsistent)."""
-    return PolicyOptions(nr_cpus=os.cpu_count() or 1, slice_ns=opts.slice_us * NSEC_PER_USEC,
+    return PolicyOptions(nr_cpus=nr_cpu_ids(opts.sysroot), slice_ns=opts.slice_us * NSEC_PER_USEC,
                          min_slice_ns=opts.slice_min_us * NSEC_PER_USEC, builtin_idle=opts.builtin_idle)
 
 
@@ -132,10 +111,12 @@ def open_configured(path: Path, opts: RunOptions, hotplug_seq: int | None = None
     popts = policy_options(opts)
     obj = BpfObject.open(path, sysroot=opts.sysroot)
     try:
-        obj.set_rodata_bytes(0, CONFIG.pack(popts.min_slice_ns, os.getpid(), int(opts.builtin_idle), TIMER_NS,
-                                            opts.max_backlog, opts.starve_ms * NSEC_PER_MSEC,
-                                            popts.slice_ns if opts.direct_wake else 0, popts.slice_ns,
-                                            opts.policy_budget_ms * NSEC_PER_MSEC, int(opts.new_direct)))
+        config = PylandConfig(
+            slice_ns=popts.min_slice_ns, usersched_tgid=os.getpid(), builtin_idle=int(opts.builtin_idle),
+            timer_ns=TIMER_NS, max_backlog=opts.max_backlog, starve_ns=opts.starve_ms * NSEC_PER_MSEC,
+            direct_wake_ns=popts.slice_ns if opts.direct_wake else 0, max_slice_ns=popts.slice_ns,
+            stall_ns=opts.policy_budget_ms * NSEC_PER_MSEC, new_direct=int(opts.new_direct))
+        obj.set_rodata_bytes(0, config.pack())
         obj.map(OPS_MAP if opts.partial else PARTIAL_OPS_MAP).set_autocreate(False)
         if opts.ring_kib:
             obj.map("queued").set_max_entries(opts.ring_kib * 1024)
@@ -162,20 +143,6 @@ def trial_load(path: Path, opts: RunOptions | None = None) -> None:
 def compat_missing(mask: int) -> list[str]:
     """What ops.init found missing in this kernel (its broken kfuncs have their own fallbacks)."""
     return [what for bit, what in COMPAT_MISSING.items() if mask & bit]
-
-
-def _harden() -> None:
-    """Lock memory and stop the garbage collector; called after start-up, before attaching."""
-    try:
-        resource.setrlimit(resource.RLIMIT_MEMLOCK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-    except (ValueError, OSError) as exc:
-        log.warning("cannot raise RLIMIT_MEMLOCK", error=str(exc))
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.mlockall(MCL_CURRENT | MCL_FUTURE) != 0:
-        log.warning("mlockall failed: the scheduler may page-fault", errno=ctypes.get_errno())
-    gc.collect()
-    gc.freeze()
-    gc.disable()
 
 
 class _Stop:
@@ -210,6 +177,10 @@ class Scheduler:
         self._in_loop = False
         self._hotplug_refused = False
         self._detach_lock = threading.Lock()
+        # how long the last set-up took, in the "pyland enabled" event: a slow restart shows where
+        self._load_ms = 0.0
+        self._attach_ms = 0.0
+        self._attach_started = 0.0
 
     # -- set-up, all before attach
 
@@ -218,6 +189,7 @@ class Scheduler:
         self.policy = load_policy(o.policy, policy_options(o))  # USAGE errors, before anything else
         preflight(o.sysroot)
         self.path = o.object_path or bpfobject.resolve(o.allow_stale)
+        raise_priority()
         self._open()
         log.info("pyland loaded", object=str(self.path), policy=self.policy.name, partial=o.partial,
                  builtin_idle=o.builtin_idle, direct_wake=o.direct_wake, new_direct=o.new_direct,
@@ -227,9 +199,11 @@ class Scheduler:
     def _open(self) -> None:
         """Open, configure and load a fresh object; the policy object is kept across restarts."""
         assert self.path is not None and self.policy is not None
+        t0 = time.monotonic()
         hotplug_seq = read_sched_ext(self.opts.sysroot).hotplug_seq
         self.obj = obj = open_configured(self.path, self.opts, hotplug_seq)
         obj.load()
+        self._load_ms = round((time.monotonic() - t0) * 1e3, 1)
         self.shared = SharedState(obj.map(".bss").initial_value())
         reader = open_reader(obj.map("queued").fd)
         writer = open_writer(obj.map("dispatched").fd)
@@ -268,7 +242,8 @@ class Scheduler:
             if st.enabled and st.ops == OPS_NAME:
                 self._confirmed = True
                 log.info("pyland enabled", state=st.state, ops=st.ops, switch_all=st.switch_all,
-                         restarts=self.restarts)
+                         restarts=self.restarts, load_ms=self._load_ms, attach_ms=self._attach_ms,
+                         enabled_ms=round((now - self._attach_started) * 1e3, 1))
                 if missing := compat_missing(self.shared.snapshot()["compat_missing"]):
                     log.warning("this kernel cannot give pyland some facilities; it runs without them",
                                 kernel=os.uname().release, missing=missing)
@@ -320,12 +295,8 @@ class Scheduler:
                 if not self._should_restart(info):
                     return self._result(info, failure)
                 if len(self._restart_times) >= RESTART_LIMIT:
-                    res = self._result(info, failure)
-                    n = len(self._restart_times)
-                    return RunResult(info, "kernel", ExitCode.EJECTED,
-                                     f"the kernel asked pyland to restart {n} times within "
-                                     f"{RESTART_WINDOW_S:g} s; giving up: {res.message}",
-                                     res.loop_stats, res.bpf_stats, self.restarts)
+                    return too_many_restarts(self._result(info, failure), len(self._restart_times),
+                                             RESTART_WINDOW_S)
                 self._restart(info)
         finally:
             self.detach()
@@ -359,8 +330,10 @@ class Scheduler:
         """Attach; a refusal because a CPU came or went since the object was opened is a restart."""
         assert self.obj is not None and self.shared is not None
         seq = read_sched_ext(self.opts.sysroot).hotplug_seq
+        self._attach_started = time.monotonic()
         try:
             self.link = self.obj.attach_struct_ops(PARTIAL_OPS_MAP if self.opts.partial else OPS_MAP)
+            self._attach_ms = round((time.monotonic() - self._attach_started) * 1e3, 1)
         except BpfError:
             if read_sched_ext(self.opts.sysroot).hotplug_seq == seq:
                 raise
@@ -374,7 +347,7 @@ class Scheduler:
         assert self.policy is not None
         failure: PolicyFailed | None = None
         self._hotplug_refused = False
-        _harden()
+        harden()
         now = time.monotonic()
         self._attach_deadline = now + self.opts.attach_timeout
         self._next_stats = now + self.opts.stats_interval
@@ -431,38 +404,9 @@ class Scheduler:
 
     def _result(self, info: ExitInfo | None, failure: PolicyFailed | None) -> RunResult:
         assert self.loop is not None and self.shared is not None
-        stats = self._stats()
-        bpf_stats = self.shared.snapshot()
-        why = info.describe() if info else "no exit info recorded"
-        if self.stuck is not None:
-            msg = f"{self.stuck.message}; pyland detached ({why})"
-            return RunResult(info, "policy stuck", ExitCode.FAILURE, msg, stats, bpf_stats, self.restarts)
-        if failure is not None:
-            cause = failure.__cause__
-            where = ""
-            tb = cause.__traceback__ if cause else None
-            while tb is not None:
-                where = f" ({os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno})"
-                tb = tb.tb_next
-            return RunResult(info, "policy error", ExitCode.FAILURE,
-                             f"{failure}{where}; pyland detached ({why})", stats, bpf_stats, self.restarts)
-        reason = self._stop.reason or "?"
-        if self._kernel_exit and info is not None and info.exit_code == EXIT_STALLED:
-            return RunResult(info, "kernel", ExitCode.EJECTED,
-                             f"pyland's BPF core stopped it: user space made no progress ({why})",
-                             stats, bpf_stats, self.restarts)
-        if self._kernel_exit and info is not None and info.kind != EXIT_UNREG:
-            return RunResult(info, "kernel", ExitCode.EJECTED, f"the kernel ejected pyland: {why}",
-                             stats, bpf_stats, self.restarts)
-        if reason.startswith("attach check"):
-            return RunResult(info, "attach check", ExitCode.FAILURE,
-                             f"pyland attached but sysfs never showed it enabled ({reason}): {why}",
-                             stats, bpf_stats, self.restarts)
-        if info is None or info.kind == EXIT_UNREG:
-            return RunResult(info, reason, ExitCode.OK, f"pyland stopped ({reason}): {why}", stats, bpf_stats,
-                             self.restarts)
-        return RunResult(info, reason, ExitCode.EJECTED, f"pyland stopped ({reason}): {why}",
-                         stats, bpf_stats, self.restarts)
+        return outcome(info, stuck=self.stuck, failure=failure, stop_reason=self._stop.reason,
+                       kernel_exit=self._kernel_exit, loop_stats=self._stats(),
+                       bpf_stats=self.shared.snapshot(), restarts=self.restarts)
 
     def close(self) -> None:
         t0 = time.monotonic()

@@ -13,9 +13,6 @@ from scxctl.pyland.records import (
     COUNTER_INDEX,
     EXIT_INFO,
     EXIT_OFFSET,
-    NR_CONSUMED,
-    NR_SCHEDULED,
-    NR_WRITTEN,
     SHARED_COUNTERS,
     SHARED_SIZE,
 )
@@ -87,12 +84,6 @@ class SharedState:
     def snapshot(self) -> dict[str, int]:
         values = self.counters.tolist()
         return dict(zip(SHARED_COUNTERS, values, strict=True))
-
-    def publish(self, consumed: int, scheduled: int, written: int) -> None:
-        c = self.counters
-        c[NR_CONSUMED] = consumed
-        c[NR_SCHEDULED] = scheduled
-        c[NR_WRITTEN] = written
 
     def exit_kind(self) -> int:
         """Cheap check for the loop: non-zero once ops.exit ran (the kind is stored last)."""

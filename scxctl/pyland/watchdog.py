@@ -2,8 +2,8 @@
 
 Every task handed to Python waits for the one thread that runs the policy, so a decide() that never
 returns (a user's bug) would hold them until the kernel's own watchdog ejects pyland, 5 s later.
-The loop stamps the time a batch enters the policy (policy_since in the shared area, 0 when it
-leaves); this thread reads the stamp, and when the policy overran its budget it:
+The loop stamps the time each call into the policy starts (policy_since in the shared area, 0 when
+the batch is done); this thread reads the stamp, and when one call overran the budget it:
 
 1. notes where the main thread is (the innermost frame in the policy's file);
 2. detaches pyland, so the kernel's default scheduler takes every task at once;

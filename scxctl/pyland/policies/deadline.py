@@ -15,8 +15,9 @@ the DSQ by our deadline, so no task pool is kept in Python):
   two sleeps). Short-burst (interactive) tasks get earlier deadlines than CPU hogs.
 - wake-up boost: a task that woke up and whose bursts average at most a quarter of the budget
   gets preempt=True, so it does not wait for a running hog's slice to end (schtest
-  adaptive_priority); the BPF core also takes preempt as a grant to place the task's next wake-up
-  itself (renewed or withdrawn by the decision for that wake-up). The bound is relative to the
+  adaptive_priority), and direct_wake=True, the grant for BPF to place its next wake-ups itself
+  (renewed or withdrawn by the decision for each wake-up; for a wake-up BPF placed, Task.placed is
+  1 and only the vtime and the grant of the decision count). The bound is relative to the
   budget, not one BPF slice: on a slow machine (TCG, a loaded VM) a futex ping-pong thread's burst
   exceeds 1 ms, while a CPU hog's stays an order of magnitude longer.
 - slice: a boosted task's slice covers twice its average burst (within [BPF slice, budget]), so
@@ -163,6 +164,7 @@ class DeadlinePolicy(Policy):
         decision.pid = pid
         decision.cpu = task.cpu if task.nr_cpus_allowed == 1 else PYLAND_CPU_ANY
         decision.preempt = preempt
+        decision.direct_wake = preempt
         decision.slice_ns = s
         decision.deadline = v + r
         decision.vtime = v

@@ -68,6 +68,7 @@ class EmulatedTask:
         task.stop_ts = self.stop_ts
         task.exec_runtime = self.exec_runtime
         task.weight = self.weight
+        task.placed = 0  # the emulation places nothing itself
         task.vtime = self.vtime
         task.enq_cnt = self.enq_cnt
         task.comm = self.comm

@@ -28,6 +28,7 @@ class FifoPolicy(Policy):
         decision.pid = task.pid
         decision.cpu = task.cpu if task.nr_cpus_allowed == 1 else PYLAND_CPU_ANY
         decision.preempt = False
+        decision.direct_wake = False
         decision.slice_ns = 0
         decision.deadline = seq
         decision.vtime = task.vtime

@@ -178,8 +178,10 @@ def check_decision(task: Task, decision: Decision, options: PolicyOptions) -> st
     for field in Decision.__slots__:
         if not hasattr(decision, field):
             return f"left Decision.{field} unset"
-    if type(decision.preempt) is not bool:
-        return f"set Decision.preempt to {decision.preempt!r}; it must be True or False"
+    for field in ("preempt", "direct_wake"):
+        value = getattr(decision, field)
+        if type(value) is not bool:
+            return f"set Decision.{field} to {value!r}; it must be True or False"
     for field in ("pid", "cpu", "slice_ns", "deadline", "vtime", "enq_cnt"):
         value = getattr(decision, field)
         if not _is_int(value):
@@ -214,7 +216,8 @@ def validate_decide(policy: Policy, options: PolicyOptions, label: str, path: st
 
 
 def load_policy(spec: str, options: PolicyOptions) -> Policy:
-    """The policy named by `spec`, constructed and validated; see scxctl.pyland.policy.load_policy.
+    """A built-in policy by name or the policy defined in FILE.py, constructed and validated before
+    any attach; every failure is a ScxctlError(ExitCode.USAGE) with a one-line message.
 
     Validation runs on a throw-away instance, so the returned one has seen no synthetic task.
     """

@@ -1,0 +1,45 @@
+"""Keeps the scheduler process from waiting on the scheduler it is.
+
+Once pyland is attached every task on the machine waits for its one thread: a page fault that needs
+a kthread only pyland can schedule, or a garbage collection, is a stall of the whole machine. While
+it is not attached (start-up, a restart) it competes with the load it is about to schedule.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import resource
+
+from scxctl import log as logsetup
+
+log = logsetup.get_logger("scxctl.pyland")
+
+MCL_CURRENT, MCL_FUTURE = 1, 2
+# Whenever pyland is not attached (start-up, a restart after CPU hotplug) the default scheduler runs
+# this process, beside the load it is about to schedule. At nice 0, a restart on one CPU left to a
+# stress-ng mix took 30 s to load the object, against 1.5 s at start-up.
+SCHEDULER_NICE = -20
+
+
+def raise_priority() -> None:
+    """Nice -20 for the calling thread and the threads it starts later (Linux nice is per thread)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, SCHEDULER_NICE)
+    except OSError as exc:
+        log.warning("cannot raise the scheduler's priority: restarts may be slow under load", error=str(exc))
+
+
+def harden() -> None:
+    """Lock memory and stop the garbage collector; called after start-up, before attaching."""
+    try:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    except (ValueError, OSError) as exc:
+        log.warning("cannot raise RLIMIT_MEMLOCK", error=str(exc))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mlockall(MCL_CURRENT | MCL_FUTURE) != 0:
+        log.warning("mlockall failed: the scheduler may page-fault", errno=ctypes.get_errno())
+    gc.collect()
+    gc.freeze()
+    gc.disable()
