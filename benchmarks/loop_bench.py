@@ -19,11 +19,12 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.floor_policy import EchoPolicy
 from scxctl.bpf.libbpf import BpfObject
 from scxctl.bpf.ringbuf import open_reader, open_writer
 from scxctl.pyland.loop import SchedulerLoop
 from scxctl.pyland.policies.loader import load_policy
-from scxctl.pyland.policy import Decision, Policy, PolicyOptions, Task
+from scxctl.pyland.policy import PolicyOptions
 from scxctl.pyland.shared import SharedState
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,25 +33,11 @@ FEED_ARGS = struct.Struct("=QiIQQII")
 TARGET = 200_000
 
 
-class Echo(Policy):
-    """The cheapest valid policy: isolates the mechanism's cost from the policy's."""
-
-    name = "echo"
-
-    def decide(self, task: Task, decision: Decision) -> None:
-        decision.pid = task.pid
-        decision.cpu = -1
-        decision.preempt = False
-        decision.direct_wake = False
-        decision.slice_ns = 0
-        decision.deadline = task.enq_cnt
-        decision.vtime = task.vtime
-        decision.enq_cnt = task.enq_cnt
 
 
 def bench(policy_name: str, rounds: int, records: int, batch: int) -> dict[str, float]:
     opts = PolicyOptions(nr_cpus=os.cpu_count() or 1)
-    policy = Echo(opts) if policy_name == "echo" else load_policy(policy_name, opts)
+    policy = EchoPolicy(opts) if policy_name == "echo" else load_policy(policy_name, opts)
     with BpfObject.open(OBJ) as obj:
         obj.load()
         shared = SharedState(obj.map(".bss").initial_value())

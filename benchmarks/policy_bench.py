@@ -5,9 +5,9 @@
 Replays one recorded stream of task records (hogs, short-burst wakers, pinned tasks, several
 weights, produced by the emulated BPF bookkeeping) through each policy the way the scheduler loop
 does: fill the ONE reused Task from the unpacked record tuple, decide() into the ONE reused
-Decision, pack the decision into a record buffer. A "null" policy that writes constants is the
+Decision, pack the decision into a record buffer. A "null" policy (the echo policy) is the
 baseline; "decide" = that policy's time minus the null policy's, i.e. the policy's own cost.
-Target (issue #4): the whole loop >= 200,000 decisions/s per core including ring I/O, so decide()
+Target: the whole loop >= 200,000 decisions/s per core including ring I/O, so decide()
 should stay around 1-2 us. Ring buffer I/O itself is measured by the loop/ringbuf benchmarks.
 """
 
@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.floor_policy import EchoPolicy
 from scxctl import log as logsetup
 from scxctl.pyland.policies.emulate import EmulatedTask, enqueue
 from scxctl.pyland.policies.loader import load_policy
@@ -31,20 +32,6 @@ from scxctl.pyland.records import DECISION, DECISION_DIRECT_WAKE, DECISION_PREEM
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "policies"
 
 
-class NullPolicy(Policy):
-    """The floor: what filling, calling and packing cost with a policy that does nothing."""
-
-    name = "null"
-
-    def decide(self, task: Task, decision: Decision) -> None:
-        decision.pid = task.pid
-        decision.cpu = -1
-        decision.preempt = False
-        decision.direct_wake = False
-        decision.slice_ns = 0
-        decision.deadline = 0
-        decision.vtime = 0
-        decision.enq_cnt = task.enq_cnt
 
 
 def record_stream(n: int, nr_cpus: int, seed: int = 1) -> list[tuple[object, ...]]:
@@ -125,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             cpu_per: dict[str, list[float]] = {s: [] for s in specs}
             for _ in range(args.repeat):  # interleaved, so drift hits every policy alike
                 for spec in specs:
-                    policy = NullPolicy(opts) if spec == "null" else load_policy(spec, opts)
+                    policy = EchoPolicy(opts) if spec == "null" else load_policy(spec, opts)
                     wall, cpu = replay(policy, records, pack)
                     per[spec].append(wall / len(records))
                     cpu_per[spec].append(cpu / len(records))

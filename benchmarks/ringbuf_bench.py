@@ -9,7 +9,7 @@ and cache effects hit both alike:
 - consumer: bpf/tests/ringbuf_test.bpf.o's `produce` fills the RINGBUF with `--batch` records
   (untimed), then one backend reads them all; timed is only the read: mmap `read_batch` vs
   libbpf `ring_buffer__consume(_n)` calling a Python callback per record (which does the same
-  unpack-and-append). Target (issue #4): mmap >= 5x cheaper per record.
+  unpack-and-append). Target: mmap >= 5x cheaper per record.
 - producer: one backend writes `--batch` decisions into the USER_RINGBUF (timed), then the BPF
   `drain` program empties it (untimed): mmap `write` vs `user_ring_buffer__reserve` + pack +
   `__submit`.

@@ -1,7 +1,7 @@
 """VM harness speed: warm `run -- true` (light init and systemd) and cold kernel + image preparation.
 
 Usage: .venv/bin/python -m benchmarks.vm_boot [--runs N] [--no-systemd] [--cold [--no-warm]]
-Targets (issue #3): warm `run -- true` under 45 s with TCG (10 s with KVM); cold preparation under
+Targets: warm `run -- true` under 45 s with TCG (10 s with KVM); cold preparation under
 4 minutes. `--cold` builds into an empty cache dir next to the real one and deletes it afterwards.
 """
 
