@@ -23,6 +23,14 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def _put(path: Path, text: str) -> None:
+    """Replace a fake sysfs file at once: the daemon reads them while the fake kernel writes, and a
+    real sysfs read never sees a truncated file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 SCX = "sys/kernel/sched_ext"
 
 STANDIN = textwrap.dedent('''
@@ -32,12 +40,17 @@ STANDIN = textwrap.dedent('''
     ops, behaviour = sys.argv[1], sys.argv[2]
     arg = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
     scx = Path(os.environ["SCXCTL_SYSROOT"]) / "sys/kernel/sched_ext"
+
+    def put(path, text):  # sysfs reads are atomic: no reader may see a truncated file
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
     with open(os.environ["STANDIN_LOG"], "a") as f:
         f.write(json.dumps({"pid": os.getpid(), "argv": sys.argv[1:], "t": time.time()}) + "\\n")
 
     def detach():
         if (scx / "root/owner").exists() and (scx / "root/owner").read_text() == str(os.getpid()):
-            (scx / "state").write_text("disabled\\n")
+            put(scx / "state", "disabled\\n")
             for name in ("ops", "owner"):
                 (scx / "root" / name).unlink(missing_ok=True)
 
@@ -57,9 +70,9 @@ STANDIN = textwrap.dedent('''
             print("attach failed: EBUSY (another scheduler is loaded)", file=sys.stderr, flush=True)
             sys.exit(5)
         (scx / "root").mkdir(exist_ok=True)
-        (scx / "root/owner").write_text(str(os.getpid()))
-        (scx / "root/ops").write_text(ops + "\\n")
-        (scx / "state").write_text("enabled\\n")
+        put(scx / "root/owner", str(os.getpid()))
+        put(scx / "root/ops", ops + "\\n")
+        put(scx / "state", "enabled\\n")
     deadline = time.monotonic() + arg
     reattached = 0
     while True:
@@ -80,9 +93,9 @@ STANDIN = textwrap.dedent('''
                               "restarts": reattached + 1}), flush=True)
             time.sleep(4.0)  # longer than the daemon's 3 s ejection grace
             (scx / "root").mkdir(exist_ok=True)
-            (scx / "root/owner").write_text(str(os.getpid()))
-            (scx / "root/ops").write_text(ops + "\\n")
-            (scx / "state").write_text("enabled\\n")
+            put(scx / "root/owner", str(os.getpid()))
+            put(scx / "root/ops", ops + "\\n")
+            put(scx / "state", "enabled\\n")
             reattached += 1
             deadline = time.monotonic() + (arg if reattached < 2 else 1e9)
         if behaviour == "silent-eject-after" and time.monotonic() >= deadline:
@@ -99,9 +112,9 @@ class FakeKernel:
         self.scx = root / SCX
         if available:
             (self.scx / "root").mkdir(parents=True)
-            (self.scx / "state").write_text("disabled\n")
+            _put(self.scx / "state", "disabled\n")
             for name in ("switch_all", "nr_rejected", "enable_seq"):
-                (self.scx / name).write_text("0\n")
+                _put(self.scx / name, "0\n")
         (root / "proc").mkdir(parents=True, exist_ok=True)
         (root / "proc/sysrq-trigger").write_text("")
         self._stop = threading.Event()
@@ -118,12 +131,12 @@ class FakeKernel:
 
     def load_foreign(self, ops: str) -> None:
         """A scheduler some other tool loaded (owner pid 1 never dies)."""
-        (self.scx / "root/owner").write_text("1")
-        (self.scx / "root/ops").write_text(ops + "\n")
-        (self.scx / "state").write_text("enabled\n")
+        _put(self.scx / "root/owner", "1")
+        _put(self.scx / "root/ops", ops + "\n")
+        _put(self.scx / "state", "enabled\n")
 
     def unload(self) -> None:
-        (self.scx / "state").write_text("disabled\n")
+        _put(self.scx / "state", "disabled\n")
         for name in ("ops", "owner"):
             (self.scx / "root" / name).unlink(missing_ok=True)
 

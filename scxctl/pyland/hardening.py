@@ -7,28 +7,39 @@ it is not attached (start-up, a restart) it competes with the load it is about t
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import os
 import resource
+from collections.abc import Iterator
 
 from scxctl import log as logsetup
 
 log = logsetup.get_logger("scxctl.pyland")
 
 MCL_CURRENT, MCL_FUTURE = 1, 2
-# Whenever pyland is not attached (start-up, a restart after CPU hotplug) the default scheduler runs
-# this process, beside the load it is about to schedule. At nice 0, a restart on one CPU left to a
-# stress-ng mix took 30 s to load the object, against 1.5 s at start-up.
-SCHEDULER_NICE = -20
+# While it loads and attaches the object (start-up, a restart after CPU hotplug) the default
+# scheduler runs this process, beside the load it is about to schedule. At nice 0, a restart on one
+# CPU left to a stress-ng mix took 30 s to load the object, against 1.5 s at start-up. Only then:
+# with --partial the loop itself stays a normal task, and a policy spinning at nice -20 stalled the
+# shell that was to stop it for 30 s.
+SET_UP_NICE = -20
 
 
-def raise_priority() -> None:
-    """Nice -20 for the calling thread and the threads it starts later (Linux nice is per thread)."""
+@contextlib.contextmanager
+def set_up_priority() -> Iterator[None]:
+    """Nice -20 for the calling thread while the block runs, its own nice again after (Linux nice
+    is per thread)."""
+    before = os.getpriority(os.PRIO_PROCESS, 0)
     try:
-        os.setpriority(os.PRIO_PROCESS, 0, SCHEDULER_NICE)
+        os.setpriority(os.PRIO_PROCESS, 0, SET_UP_NICE)
     except OSError as exc:
         log.warning("cannot raise the scheduler's priority: restarts may be slow under load", error=str(exc))
+    try:
+        yield
+    finally:
+        os.setpriority(os.PRIO_PROCESS, 0, before)
 
 
 def harden() -> None:

@@ -42,7 +42,7 @@ from scxctl.bpf.libbpf import BpfError, BpfLink, BpfObject
 from scxctl.bpf.ringbuf import open_reader, open_writer
 from scxctl.errors import ExitCode
 from scxctl.pyland.bpf_config import PylandConfig
-from scxctl.pyland.hardening import harden, raise_priority
+from scxctl.pyland.hardening import harden, set_up_priority
 from scxctl.pyland.loop import PolicyFailed, SchedulerLoop
 from scxctl.pyland.policies.loader import load_policy
 from scxctl.pyland.policy import NSEC_PER_MSEC, NSEC_PER_USEC, Policy, PolicyOptions
@@ -189,8 +189,8 @@ class Scheduler:
         self.policy = load_policy(o.policy, policy_options(o))  # USAGE errors, before anything else
         preflight(o.sysroot)
         self.path = o.object_path or bpfobject.resolve(o.allow_stale)
-        raise_priority()
-        self._open()
+        with set_up_priority():
+            self._open()
         log.info("pyland loaded", object=str(self.path), policy=self.policy.name, partial=o.partial,
                  builtin_idle=o.builtin_idle, direct_wake=o.direct_wake, new_direct=o.new_direct,
                  slice_us=o.slice_us,
@@ -324,7 +324,8 @@ class Scheduler:
         self._close_object()
         self._stop.reason = None
         gc.enable()  # the new object's set-up allocates; frozen again before the next attach
-        self._open()
+        with set_up_priority():
+            self._open()
 
     def _attach(self) -> None:
         """Attach; a refusal because a CPU came or went since the object was opened is a restart."""
@@ -351,7 +352,8 @@ class Scheduler:
         now = time.monotonic()
         self._attach_deadline = now + self.opts.attach_timeout
         self._next_stats = now + self.opts.stats_interval
-        self._attach()
+        with set_up_priority():
+            self._attach()
         if self._hotplug_refused:
             refused = ExitInfo(66, SCX_ECODE_ACT_RESTART, "attach refused", "a CPU came or went in set-up")
             return refused, None
