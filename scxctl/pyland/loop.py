@@ -174,9 +174,9 @@ class SchedulerLoop:
         st.batches += 1
         counters[NR_WRITTEN] = st.written
         if self._batch_end is not None:
-            counters[POLICY_SINCE] = now_ns()
+            now = counters[POLICY_SINCE] = now_ns()
             try:
-                self._batch_end(time.monotonic_ns())
+                self._batch_end(now)
             except Exception as exc:
                 counters[POLICY_SINCE] = 0
                 raise PolicyFailed(self.policy.name, exc) from exc

@@ -120,19 +120,16 @@ class VM:
             headers=headers,
         )
         out = runner.run(spec, sink=io.BytesIO())
-        attempts = PANIC_ATTEMPTS if retry_on_panic else 1
         boots = 1
         only_flakes = True
         for attempt in range(2, PATCH_FLAKE_ATTEMPTS + 1):
-            if out.returncode != HarnessCode.PANIC:
-                break
-            if panic_is_ours(out.message):
+            if out.returncode != HarnessCode.PANIC or panic_is_ours(out.message):
                 break
             only_flakes = only_flakes and PATCH_FLAKE in (out.message or "")
-            if attempt > attempts and not (retry_on_panic and only_flakes):
+            limit = (PATCH_FLAKE_ATTEMPTS if only_flakes else PANIC_ATTEMPTS) if retry_on_panic else 1
+            if attempt > limit:
                 break
-            last = attempt == (PATCH_FLAKE_ATTEMPTS if only_flakes else attempts)
-            if last and single_on_last_retry:
+            if attempt == limit and single_on_last_retry:
                 spec.tcg_single = True
             log.warning("guest kernel panicked; retrying in a fresh guest", attempt=attempt,
                         tcg_single=spec.tcg_single, message=out.message)
