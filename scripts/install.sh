@@ -50,8 +50,11 @@ python3 -m venv .venv
 
 # pyland's BPF object (bpf/build/pyland.bpf.o, with its source hash embedded) and the test programs;
 # make rebuilds only what changed, so re-running is cheap.
-log "building the BPF objects (make -C bpf)"
+log "building the BPF objects and the bench worker (make -C bpf)"
 make -C bpf PYTHON="$PWD/.venv/bin/python"
+# the independent cross-checks the tests compare `scxctl bench` and `scxctl trace` with
+make -C tests/native
+make -C benchmarks/native
 
 # The sched_ext tests run in a QEMU guest (tools/vm): fetch its kernels and build its root image once.
 # All are cached under /var/cache/scxctl-dev/vm (or $SCXCTL_VM_CACHE), shared by every clone on this

@@ -110,3 +110,21 @@ def pyland_object_candidates() -> list[tuple[str, Path]]:
         out.append(("checkout", root / "bpf" / "build" / "pyland.bpf.o"))
     out.append(("installed", Path(PYLAND_OBJECT_INSTALLED)))
     return out
+
+
+BENCH_WORKER_ENV = "SCXCTL_BENCH_WORKER"
+BENCH_WORKER_INSTALLED = "/usr/lib/scxctl/scxctl-bench-worker"
+
+
+def bench_worker_candidates() -> list[tuple[str, Path]]:
+    """Where `scxctl bench`'s native worker may be, searched like the BPF object:
+    $SCXCTL_BENCH_WORKER, the checkout's native/build/scxctl-bench-worker, the installed one."""
+    out: list[tuple[str, Path]] = []
+    env = os.environ.get(BENCH_WORKER_ENV)
+    if env:
+        out.append((f"${BENCH_WORKER_ENV}", Path(env)))
+    root = source_root()
+    if root is not None:
+        out.append(("checkout", root / "native" / "build" / "scxctl-bench-worker"))
+    out.append(("installed", Path(BENCH_WORKER_INSTALLED)))
+    return out

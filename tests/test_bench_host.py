@@ -74,6 +74,16 @@ def descendants(pid: int) -> set[int]:
     return out
 
 
+def thread_names(pids: set[int]) -> set[str]:
+    """The task names of every thread of `pids` (a worker names its threads by role)."""
+    out = set()
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            with contextlib.suppress(OSError):
+                out.add((task / "comm").read_text().strip())
+    return out
+
+
 def comms(pids: set[int]) -> dict[int, str]:
     """The task name of each live process of `pids`."""
     out = {}
@@ -230,12 +240,12 @@ def test_sigint_stops_every_child(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    # adaptive_priority's four workload processes; each names itself only once its own setup is
-    # done (process group, parent-death signal, default SIGINT), so seeing every name means the
-    # Ctrl-C below lands on a fully started workload rather than on one still being forked
-    roles = {f"scxbench-{r}"[:15] for r in ("slow-worker", "slow-ctl", "fast-worker", "fast-ctl")}
+    # adaptive_priority's four workload threads; a role names itself only once it is pinned and has
+    # its parent-death signal, so seeing every name means the Ctrl-C below lands on a fully started
+    # workload rather than on one still being forked
+    roles = {"scxbench-slow-c", "scxbench-slow-w", "scxbench-fast-c", "scxbench-fast-w"}
     try:
-        _wait_for(lambda: roles <= set(comms(descendants(p.pid)).values()))
+        _wait_for(lambda: roles <= thread_names(descendants(p.pid)))
         kids = descendants(p.pid)
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=20)

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from scxctl.bench import converge as cv
-from scxctl.bench.futex import RESERVOIR, Arena
 from scxctl.bench.runner import TESTS, BenchOptions, _status, exit_code, validate
 from scxctl.bench.scheduler import check_can_start, ops_matches, parse_scheduler
 from scxctl.bench.stats import DIGEST_SIZE, TDigest, histogram, summarize
@@ -192,51 +191,6 @@ def test_summary_and_histogram() -> None:
     assert sum(s.histogram) == 4
     h = histogram([10, 1999, 2000, 5_000_000_000])
     assert h[0] == 2 and h[1] == 1 and h[-1] == 1
-
-
-# --- futex semaphores --------------------------------------------------------------------------------
-
-
-def test_semaphore_counts_posts_and_samples_only_real_sleeps() -> None:
-    arena = Arena()
-    sem = arena.semaphore()
-    sem.post()
-    sem.post()
-    assert sem.wait() and sem.wait()  # posts were there: no sleep, no sample
-    assert sem.collect() == ([], 0)
-    assert sem.wait(timeout_s=0.01) is False
-
-
-def test_semaphore_wakes_across_processes_and_records_latency() -> None:
-    arena = Arena()
-    sem, ack = arena.semaphore(), arena.semaphore()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            for _ in range(5):
-                sem.wait()
-                ack.post()
-        finally:
-            os._exit(0)
-    for _ in range(5):
-        import time
-
-        time.sleep(0.01)  # let the child sleep in FUTEX_WAIT first
-        sem.post()
-        assert ack.wait(sample=False, timeout_s=5)
-    os.waitpid(pid, 0)
-    kept, seen = sem.collect()
-    assert 1 <= seen <= 5 and len(kept) == seen
-    assert all(0 < v < 1_000_000_000 for v in kept)
-
-
-def test_reservoir_keeps_at_most_1024() -> None:
-    sem = Arena().semaphore()
-    for i in range(3000):
-        sem._record(i + 1)
-    kept, seen = sem.collect()
-    assert seen == 3000 and len(kept) == RESERVOIR
-    assert len(set(kept)) == RESERVOIR and max(kept) > RESERVOIR  # later samples replaced early ones
 
 
 # --- topology and /proc ------------------------------------------------------------------------------

@@ -94,6 +94,14 @@ def test_bpf_object_goes_where_the_loader_looks() -> None:
     assert installed_paths()["bpf/build/pyland.bpf.o"] == paths.PYLAND_OBJECT_INSTALLED
 
 
+def test_bench_worker_goes_where_the_bench_looks_and_is_built_by_the_package() -> None:
+    assert installed_paths()["native/build/scxctl-bench-worker"] == paths.BENCH_WORKER_INSTALLED
+    rules = (DEBIAN / "rules").read_text()
+    assert "$(MAKE) -C native" in rules
+    # a native executable: its shared libraries must reach Depends
+    assert "${shlibs:Depends}" in (DEBIAN / "control").read_text()
+
+
 # optional imports (imported lazily, by one command) -> the package that must be in Recommends
 OPTIONAL_IMPORTS = {"bcc": "python3-bpfcc"}
 

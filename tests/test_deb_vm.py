@@ -99,6 +99,11 @@ kstate >$R/after_disable.txt
 scxctl status --json >$R/status_disabled.json 2>&1
 scx_procs >$R/procs_disabled.txt
 
+# the bench as installed: the packaged native worker runs its roles, and doctor checks that worker
+scxctl doctor --json >$R/doctor_installed.json 2>$R/doctor_installed.err
+scxctl bench adaptive-priority --min-time 0.5 --max-time 1 --output $R/bench_installed.json \
+    >$R/bench_installed.out 2>&1; echo $? >$R/bench_installed.rc
+
 # the unit exists but cannot start: enable must say so, and start no daemon of its own
 mkdir -p /etc/systemd/system/scxctl.service.d
 printf '[Service]\nExecStart=\nExecStart=/bin/false\n' >/etc/systemd/system/scxctl.service.d/broken.conf
@@ -286,6 +291,19 @@ def test_disable_returns_to_the_default_scheduler(guest: Path) -> None:
     st = _json(guest, "status_disabled.json")
     assert st["kernel"]["state"] == "disabled" and st["kernel"]["owner"] is None
     assert not [p for p in _scx_procs(guest, "procs_disabled.txt") if " run pyland" in p]
+
+
+def test_bench_runs_the_packaged_worker_and_doctor_checks_it(guest: Path) -> None:
+    assert _r(guest, "bench_installed.rc") in ("0", "1"), _r(guest, "bench_installed.out")[-3000:]
+    report = _json(guest, "bench_installed.json")
+    harness = report["options"]["harness"]
+    assert harness["worker"] == "/usr/lib/scxctl/scxctl-bench-worker" and harness["source_hash"], harness
+    test = report["runs"][0]["tests"][0]
+    assert test["final"]["fast"]["count"] > 0 and test["overhead"]["wake"]["count"] > 0, test
+    checks = {c["id"]: c for c in _json(guest, "doctor_installed.json")["checks"]}
+    worker = checks["bench.worker"]
+    assert worker["status"] == "ok", worker
+    assert worker["details"]["chosen"] == "/usr/lib/scxctl/scxctl-bench-worker", worker
 
 
 def test_enable_fails_with_exit_6_when_the_unit_cannot_start(guest: Path) -> None:

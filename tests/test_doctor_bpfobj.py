@@ -74,7 +74,7 @@ def plain_load(path: Path, sysroot: SysRoot) -> None:
 
 def _pick(monkeypatch: pytest.MonkeyPatch, obj: Path, bpf_dir: Path | None = None) -> None:
     monkeypatch.setattr(paths, "pyland_object_candidates", lambda: [("$SCXCTL_BPF_OBJECT", obj)])
-    monkeypatch.setattr(bpfobject, "bpf_sources_dir", lambda: bpf_dir)
+    monkeypatch.setattr(bpfobject, "sources_dir", lambda artifact=bpfobject.PYLAND: bpf_dir)
 
 
 def _load(r: CheckResult) -> dict[str, object]:
@@ -174,7 +174,7 @@ def test_a_refused_load_overrides_the_several_objects_warning(tmp_path: Path, ob
     fake = FakeRoot(tmp_path).sched_ext_machine()
     monkeypatch.setattr(paths, "pyland_object_candidates",
                         lambda: [("checkout", objs / "globals.bpf.o"), ("installed", PYLAND)])
-    monkeypatch.setattr(bpfobject, "bpf_sources_dir", lambda: None)
+    monkeypatch.setattr(bpfobject, "sources_dir", lambda artifact=bpfobject.PYLAND: None)
     assert bpf_object(context(fake)).status is Status.WARN
     assert bpf_object(context(fake, bpf_load=Loader(BpfError(REFUSAL)))).status is Status.FAIL
 

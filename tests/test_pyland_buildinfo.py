@@ -97,7 +97,7 @@ def test_resolve_accepts_fresh_and_refuses_stale(built: Path, srcdir: Path, tmp_
     assert v.fresh is False
     with pytest.raises(ScxctlError) as e:
         bpfobject.resolve(verdict=v)
-    assert e.value.code == ExitCode.BPF and "stale BPF object" in e.value.message
+    assert e.value.code == ExitCode.BPF and "stale pyland BPF object" in e.value.message
     assert bpfobject.resolve(allow_stale=True, verdict=v) == built
 
 
@@ -125,7 +125,7 @@ def test_search_order_first_existing_wins_and_missing_is_an_error(built: Path, t
 
 def _doctor(monkeypatch: pytest.MonkeyPatch, cands: list[tuple[str, Path]], bpf_dir: Path | None):
     monkeypatch.setattr(paths, "pyland_object_candidates", lambda: cands)
-    monkeypatch.setattr(bpfobject, "bpf_sources_dir", lambda: bpf_dir)
+    monkeypatch.setattr(bpfobject, "sources_dir", lambda artifact=bpfobject.PYLAND: bpf_dir)
     return bpf_object(DoctorContext())
 
 

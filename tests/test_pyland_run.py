@@ -78,7 +78,7 @@ def test_stale_or_missing_object_exits_7(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     raw = Path(__file__).resolve().parent.parent / "bpf" / "build" / "pyland.raw.o"  # no metadata
     code, out = invoke(env={"SCXCTL_SYSROOT": str(root), "SCXCTL_BPF_OBJECT": str(raw)})
-    assert code == ExitCode.BPF and "stale BPF object" in out and "make -C bpf" in out
+    assert code == ExitCode.BPF and "stale pyland BPF object" in out and "make -C bpf" in out
     code, out = invoke("--bpf-object", str(tmp_path / "missing.o"), env={"SCXCTL_SYSROOT": str(root)})
     assert code == ExitCode.BPF and "not found" in out
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -19,6 +20,7 @@ class Env:
     on_start: Callable[[int, int], None] = _noop  # (measurement index, iters) before each measurement
     on_done: Callable[[Any], None] = _noop  # (Measurement) after each one
     round_timeout_s: float = 120.0  # one round longer than this means a starved or stuck workload
+    worker: Path | None = None  # the native worker, resolved before any scheduler starts
 
     def tick(self) -> None:
         self.heartbeat()

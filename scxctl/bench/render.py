@@ -179,6 +179,8 @@ def test_table(report: dict[str, Any], test: str) -> Table:
                 f"{side} wake histogram",
                 lambda t, s=side: sparkline(((t["final"] or {}).get(s) or {}).get("histogram", [])),
             )
+            if any(t and t.get("vs_default") for _, t in cols):
+                row(f"{side} wake p50/p90/p99 vs default", lambda t, s=side: _vs_default(t, s))
             if any(t and (t["final"] or {}).get("trace") for _, t in cols):
                 row(f"{side} kernel wake->run p50/p90/p99", lambda t, s=side: _traced(t, s))
     else:
@@ -197,6 +199,13 @@ def test_table(report: dict[str, Any], test: str) -> Table:
     )
     row("note", lambda t: t["error"] or "")
     return table
+
+
+def _vs_default(t: dict[str, Any], side: str) -> str:
+    ratios = (t.get("vs_default") or {}).get(side)
+    if not ratios:
+        return "-"
+    return " / ".join("-" if ratios[q] is None else f"{ratios[q]:.2f}x" for q in ("p50", "p90", "p99"))
 
 
 def _traced(t: dict[str, Any], side: str) -> str:

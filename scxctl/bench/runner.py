@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scxctl import __version__, paths
-from scxctl.bench import adaptive, fairness
+from scxctl.bench import adaptive, fairness, worker
 from scxctl.bench.converge import Measurement
 from scxctl.bench.env import Env
 from scxctl.bench.overhead import measure_overhead
@@ -177,6 +177,8 @@ def run_bench(
 ) -> dict[str, Any]:
     hooks = hooks or Hooks()
     topo, cpu = validate(opts, sysroot)
+    if hooks.env.worker is None:  # a missing or stale worker ends the bench before any scheduler starts
+        hooks.env.worker = worker.resolve()
     report: dict[str, Any] = {
         "schema": SCHEMA_ID,
         "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -192,6 +194,7 @@ def run_bench(
         "runs": [],
         "exit_code": None,
     }
+    report["options"]["harness"] = _harness(hooks.env)
     tracer = _open_tracer() if opts.trace else None
     try:
         _run_all(opts, hooks, sysroot, topo, cpu, report, tracer)
@@ -200,8 +203,18 @@ def run_bench(
             tracer.close()
     if tracer is not None:
         report["options"]["trace_compile_s"] = round(tracer.compile_s, 3)
+    compare_to_default(report)
     report["exit_code"] = int(exit_code(report))
     return report
+
+
+def _harness(env: Env) -> dict[str, Any]:
+    """Which native worker ran the roles, and from which sources."""
+    found = next((c for c in worker.inspect().candidates if c.path == env.worker), None)
+    return {
+        "worker": str(env.worker),
+        "source_hash": found.info.source_hash if found is not None and found.info is not None else None,
+    }
 
 
 def _open_tracer() -> BenchTracer:
@@ -230,6 +243,7 @@ def _run_all(opts: BenchOptions, hooks: Hooks, sysroot: SysRoot | None, topo: To
                 on_start=hooks.env.on_start,
                 on_done=hooks.env.on_done,
                 round_timeout_s=hooks.env.round_timeout_s,
+                worker=hooks.env.worker,
             )
             for name in opts.tests:
                 info = TESTS[name]
@@ -240,6 +254,30 @@ def _run_all(opts: BenchOptions, hooks: Hooks, sysroot: SysRoot | None, topo: To
                 if result["status"] == "invalid":
                     run.update(valid=False, invalid_reason=result["error"])
                     break
+
+
+def compare_to_default(report: dict[str, Any]) -> None:
+    """Each adaptive_priority result gets its wake percentiles as ratios to the default scheduler's
+    from the same report (`vs_default`): a scheduler that wins the metric by slowing the slow
+    wake-ups down, rather than by speeding the fast ones up, shows it here."""
+    def final_of(run: dict[str, Any]) -> dict[str, Any] | None:
+        t = next((t for t in run["tests"] if t["test"] == adaptive.NAME), None)
+        return t["final"] if t is not None else None
+
+    base = next((final_of(r) for r in report["runs"] if r["scheduler"]["kind"] == "default"), None)
+    for run in report["runs"]:
+        for t in run["tests"]:
+            if t["test"] != adaptive.NAME:
+                continue
+            mine = t["final"]
+            t["vs_default"] = None if base is None or mine is None else {
+                side: {q: _ratio(mine[side][f"{q}_ns"], base[side][f"{q}_ns"]) for q in ("p50", "p90", "p99")}
+                for side in ("fast", "slow")
+            }
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else round(a / b, 3)
 
 
 def exit_code(report: dict[str, Any]) -> ExitCode:

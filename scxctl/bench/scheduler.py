@@ -21,13 +21,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from scxctl.bench.procs import set_pdeathsig
 from scxctl.caps import CAP_BPF, CAP_NAMES, CAP_SYS_ADMIN, CapsError, read_caps
 from scxctl.errors import ExitCode, PermissionDenied, ScxctlError, UsageError
 from scxctl.log import get_logger
 from scxctl.sysfs import SchedExtStatus, SysRoot, read_sched_ext
 
 log = get_logger("scxctl.bench")
+
+PR_SET_PDEATHSIG = 1
+
+
+def set_pdeathsig(sig: int) -> None:
+    """In a child before exec: the kernel sends `sig` when the parent dies (a SIGKILLed bench)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
 
 POLL_S = 0.010
 

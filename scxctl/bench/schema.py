@@ -91,6 +91,14 @@ TEST_RESULT: dict[str, Any] = {
         "measurements": {"type": "array", "items": MEASUREMENT},
         "final": {"oneOf": [{"type": "null"}, MEASUREMENT]},
         "elapsed_s": _NUM,
+        # adaptive_priority: each wake percentile / the default scheduler's in the same report
+        "vs_default": {
+            "type": ["object", "null"],
+            "properties": {
+                side: {"type": "object", "properties": {q: _NUM for q in ("p50", "p90", "p99")}}
+                for side in ("fast", "slow")
+            },
+        },
     },
 }
 
@@ -153,6 +161,12 @@ REPORT: dict[str, Any] = {
                 "max_time_s": {"type": "number", "exclusiveMinimum": 0},
                 "cpu": {"type": "integer", "minimum": 0},
                 "schedulers": {"type": "array", "items": {"type": "string"}},
+                # the native worker that ran the roles (native/scxctl-bench-worker.c)
+                "harness": {
+                    "type": "object",
+                    "required": ["worker", "source_hash"],
+                    "properties": {"worker": {"type": "string"}, "source_hash": {"type": ["string", "null"]}},
+                },
             },
         },
         "runs": {

@@ -23,13 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SECTION = ".pyland.buildinfo"
+SECTION = ".pyland.buildinfo"  # in the BPF object
+WORKER_SECTION = ".scxctl.buildinfo"  # in the bench worker (native/Makefile)
 SCHEMA = 1
 
 
 def source_files(bpf_dir: Path) -> list[Path]:
-    """The hash inputs: the BPF sources and headers (vmlinux.h included) and the Makefile (flags)."""
-    files = [*bpf_dir.glob("*.bpf.c"), *bpf_dir.glob("*.h"), bpf_dir / "Makefile"]
+    """The hash inputs: the C sources and headers (vmlinux.h included) and the Makefile (flags).
+
+    Used for bpf/ (the BPF object) and native/ (the bench worker); subdirectories are not inputs."""
+    files = [*bpf_dir.glob("*.c"), *bpf_dir.glob("*.h"), bpf_dir / "Makefile"]
     return sorted(f for f in files if f.is_file())
 
 
@@ -89,15 +92,15 @@ def read_section(path: Path, name: str) -> bytes | None:
     return None
 
 
-def read_buildinfo(path: Path) -> BuildInfo | None:
-    """The embedded metadata, or None when the object was built without it."""
-    raw = read_section(path, SECTION)
+def read_buildinfo(path: Path, section: str = SECTION) -> BuildInfo | None:
+    """The embedded metadata, or None when the file was built without it."""
+    raw = read_section(path, section)
     if raw is None:
         return None
     try:
         return BuildInfo.from_json(raw.rstrip(b"\0"))
     except (ValueError, KeyError, TypeError) as exc:
-        raise ElfError(f"{path}: unreadable {SECTION}: {exc}") from exc
+        raise ElfError(f"{path}: unreadable {section}: {exc}") from exc
 
 
 def compiler_version(compiler: str) -> str:
@@ -136,12 +139,13 @@ def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scxctl.bpf.buildinfo", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_json = sub.add_parser("json", help="print the metadata to embed (run from the checkout root)")
-    p_json.add_argument("--bpf-dir", type=Path, default=Path("bpf"))
+    p_json.add_argument("--source-dir", "--bpf-dir", dest="bpf_dir", type=Path, default=Path("bpf"))
     p_json.add_argument("--compiler", default="clang-19")
-    p_hash = sub.add_parser("hash", help="print the source hash of a bpf/ directory")
-    p_hash.add_argument("--bpf-dir", type=Path, default=Path("bpf"))
-    p_show = sub.add_parser("show", help="print the metadata embedded in an object")
+    p_hash = sub.add_parser("hash", help="print the source hash of a source directory (bpf/, native/)")
+    p_hash.add_argument("--source-dir", "--bpf-dir", dest="bpf_dir", type=Path, default=Path("bpf"))
+    p_show = sub.add_parser("show", help="print the metadata embedded in an object or the bench worker")
     p_show.add_argument("object", type=Path)
+    p_show.add_argument("--section", default=SECTION)
     args = parser.parse_args(argv)
     if args.cmd == "json":
         try:
@@ -153,9 +157,9 @@ def _main(argv: list[str] | None = None) -> int:
     elif args.cmd == "hash":
         sys.stdout.write(source_hash(args.bpf_dir) + "\n")
     else:
-        info = read_buildinfo(args.object)
+        info = read_buildinfo(args.object, args.section)
         if info is None:
-            sys.stderr.write(f"{args.object}: no {SECTION} section\n")
+            sys.stderr.write(f"{args.object}: no {args.section} section\n")
             return 1
         sys.stdout.write(json.dumps(info.__dict__, default=list, indent=2) + "\n")
     return 0

@@ -12,8 +12,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scxctl import paths
-from scxctl.bpf.buildinfo import BuildInfo, ElfError, read_buildinfo, source_hash
+from scxctl.bpf.buildinfo import SECTION, BuildInfo, ElfError, read_buildinfo, source_hash
 from scxctl.errors import ExitCode, ScxctlError
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A built file whose embedded source hash is checked: the BPF object, the bench worker."""
+
+    what: str  # how messages name it
+    section: str  # the ELF section holding its build metadata
+    sources: str  # the checkout's source directory (relative to the root)
+    main_source: str  # the file whose presence says the sources are there
+    build_hint: str
+
+
+PYLAND = Artifact("pyland BPF object", SECTION, "bpf", "pyland.bpf.c", "make -C bpf")
 
 
 @dataclass(frozen=True)
@@ -29,7 +43,8 @@ class Candidate:
 class ObjectVerdict:
     chosen: Candidate | None
     candidates: tuple[Candidate, ...]
-    sources_hash: str | None  # hash of the checkout's bpf/ sources, None without a checkout
+    sources_hash: str | None  # hash of the checkout's sources, None without a checkout
+    artifact: Artifact = PYLAND
 
     @property
     def fresh(self) -> bool | None:
@@ -50,43 +65,48 @@ class ObjectVerdict:
         ]
 
 
-def _candidate(origin: str, path: Path) -> Candidate:
+def _candidate(origin: str, path: Path, section: str) -> Candidate:
     if not path.is_file():
         return Candidate(origin, path, False, None)
     try:
-        return Candidate(origin, path, True, read_buildinfo(path))
+        return Candidate(origin, path, True, read_buildinfo(path, section))
     except (OSError, ElfError) as exc:
         return Candidate(origin, path, True, None, str(exc))
 
 
-def bpf_sources_dir() -> Path | None:
+def sources_dir(artifact: Artifact = PYLAND) -> Path | None:
     root = paths.source_root()
-    return root / "bpf" if root is not None else None
+    return root / artifact.sources if root is not None else None
 
 
-def inspect(candidates: list[tuple[str, Path]] | None = None, bpf_dir: Path | None = None) -> ObjectVerdict:
+def inspect(candidates: list[tuple[str, Path]] | None = None, bpf_dir: Path | None = None,
+            artifact: Artifact = PYLAND) -> ObjectVerdict:
     """Look at every candidate (never raises); the first existing one is the one the loader uses."""
-    cands = tuple(_candidate(o, p) for o, p in (candidates or paths.pyland_object_candidates()))
+    if candidates is None:
+        candidates = paths.pyland_object_candidates()
+    cands = tuple(_candidate(o, p, artifact.section) for o, p in candidates)
     chosen = next((c for c in cands if c.exists), None)
-    bpf_dir = bpf_dir if bpf_dir is not None else bpf_sources_dir()
+    bpf_dir = bpf_dir if bpf_dir is not None else sources_dir(artifact)
     src_hash = None
-    if bpf_dir is not None and (bpf_dir / "pyland.bpf.c").is_file():
+    if bpf_dir is not None and (bpf_dir / artifact.main_source).is_file():
         src_hash = source_hash(bpf_dir)
-    return ObjectVerdict(chosen, cands, src_hash)
+    return ObjectVerdict(chosen, cands, src_hash, artifact)
 
 
-def resolve(allow_stale: bool = False, verdict: ObjectVerdict | None = None) -> Path:
-    """The object to load, or ScxctlError(BPF) when it is missing or stale."""
+def resolve(allow_stale: bool = False, verdict: ObjectVerdict | None = None,
+            code: ExitCode = ExitCode.BPF) -> Path:
+    """The file to use, or ScxctlError(`code`) when it is missing or stale."""
     v = verdict or inspect()
+    a = v.artifact
     if v.chosen is None:
         looked = ", ".join(str(c.path) for c in v.candidates)
-        raise ScxctlError(f"pyland BPF object not found (looked at {looked})", ExitCode.BPF,
-                          hint="build it with: make -C bpf")
+        raise ScxctlError(f"{a.what} not found (looked at {looked})", code,
+                          hint=f"build it with: {a.build_hint}")
     if v.fresh is False and not allow_stale:
         c = v.chosen
         what = ("has no build metadata" if c.info is None
                 else f"was built from other sources (hash {c.info.source_hash[:12]}, "
                      f"sources {v.sources_hash[:12] if v.sources_hash else '?'})")
-        raise ScxctlError(f"stale BPF object: {c.path} ({c.origin}) {what}", ExitCode.BPF,
-                          hint="rebuild with: make -C bpf (or pass --allow-stale to run it anyway)")
+        raise ScxctlError(f"stale {a.what}: {c.path} ({c.origin}) {what}", code,
+                          hint=f"rebuild with: {a.build_hint} (or pass --allow-stale to run it anyway)")
     return v.chosen.path

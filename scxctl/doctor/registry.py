@@ -22,6 +22,7 @@ MODULES = (
     "checks_cgroup",
     "checks_install",
     "checks_bpfobj",  # optional slot, see the module docstring
+    "checks_benchworker",
     "checks_bcc",
     "checks_verdict",  # must stay last: it summarises the results before it
 )

@@ -22,9 +22,10 @@ from tools.vm.codes import VMError
 
 LABEL = "scxvm-run"
 GUEST_SCRIPT = Path(__file__).resolve().parent / "guest" / "guest.sh"
-# what of the working tree goes into the guest's /opt/scxctl (bpf/ with its build/ objects)
+# what of the working tree goes into the guest's /opt/scxctl (bpf/ and native/ with their build/)
 PROJECT_ITEMS = (
-    "scxctl", "bpf", "tests", "benchmarks", "packaging", "examples", "docs", "pyproject.toml", "README.md",
+    "scxctl", "bpf", "native", "tests", "benchmarks", "packaging", "examples", "docs", "pyproject.toml",
+    "README.md",
 )
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache", "*.egg-info")
 RESULTS_SPACE = 1024 * 1024 * 1024  # free space for /results (the image file is sparse)

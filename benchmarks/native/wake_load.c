@@ -1,0 +1,477 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * wake-load: wake-up loads that count and time their own wake-ups, to check `scxctl trace wakeup`
+ * against (benchmarks/trace_load.py runs it). Native, so the load's own clock holds the syscalls
+ * and the scheduler's work around its timestamps and nothing else.
+ *
+ *   wake-load pingpong --name NAME --seconds S [--cgroup DIR]
+ *   wake-load sleep --name NAME --seconds S [--period-us P] [--cgroup DIR]
+ *
+ * pingpong: two processes named NAME, A pinned to the first CPU of the affinity mask and B to the
+ * second, bounce a futex semaphore pair; every FUTEX_WAIT that slept and was woken by the post it
+ * waited for is a wake-up, timed from just before the partner's FUTEX_WAKE to just after the wait
+ * returned. sleep: one process named NAME, pinned to the first CPU, 1 ns timer slack, sleeping P
+ * microseconds (default 1000) in a loop; every sleep is a wake-up, timed as the oversleep.
+ *
+ * `--cgroup DIR` moves the process into that cgroup v2 directory before anything is forked. Prints
+ * one JSON object on stdout; an error prints "wake-load: MESSAGE" on stderr and exits 1.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <math.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_SAMPLES (4u << 20) /* latencies kept per semaphore (pingpong) or in all (sleep) */
+#define NAME_LEN 16            /* the kernel's task name, NUL included */
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void die(const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "wake-load: %s\n", msg);
+	exit(1);
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/*
+ * Single-producer single-consumer event count whose consumer times its wake-ups.
+ *
+ * The producer alone advances `seq` (the futex word), the consumer alone advances `taken`.
+ * FUTEX_WAIT sleeps only while seq == taken, so a post between the consumer's check and its sleep
+ * makes the wait return at once: no wake-up can be lost.
+ */
+struct sem {
+	_Atomic uint32_t seq;      /* posts so far (mod 2^32); producer writes */
+	_Atomic uint32_t wake_seq; /* the post `wake_ts` belongs to; published after wake_ts */
+	_Atomic int64_t wake_ts;   /* CLOCK_MONOTONIC ns taken immediately before FUTEX_WAKE */
+	char _pad0[48];            /* the consumer's fields below on their own cache line */
+	uint32_t taken;            /* posts consumed so far; consumer only */
+	uint64_t woken;            /* wake-ups counted; consumer only */
+	uint64_t kept;             /* latencies in `samples`: min(woken, MAX_SAMPLES) */
+	int64_t *samples;          /* MAX_SAMPLES slots in the shared mapping */
+} __attribute__((aligned(64)));
+
+/* What A and B share: one anonymous MAP_SHARED mapping, created before the fork. */
+struct shared {
+	struct sem ping; /* A -> B */
+	struct sem pong; /* B -> A */
+	_Atomic int stop;
+	char error[256]; /* B's reason, when it exits 1 */
+};
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *timeout)
+{
+	/* the shared (not _PRIVATE) operations: waiter and waker live in different processes */
+	return syscall(SYS_futex, addr, op, val, timeout, NULL, 0);
+}
+
+static void sem_post(struct sem *s)
+{
+	uint32_t next = atomic_load_explicit(&s->seq, memory_order_relaxed) + 1;
+
+	atomic_store_explicit(&s->seq, next, memory_order_release);
+	atomic_store_explicit(&s->wake_ts, now_ns(), memory_order_relaxed);
+	/* release: a consumer that reads wake_seq == next reads this post's wake_ts */
+	atomic_store_explicit(&s->wake_seq, next, memory_order_release);
+	futex(&s->seq, FUTEX_WAKE, 1, NULL);
+}
+
+/*
+ * Take one post, sleeping while there is none. A wake-up is counted and timed only when the
+ * consumer really slept and was woken for this very post: a post that came first has no wake-up.
+ * Returns false only when `timeout` passed with no post.
+ */
+static bool sem_wait(struct sem *s, const struct timespec *timeout)
+{
+	uint32_t taken = s->taken;
+	bool woken = false;
+	int64_t after = 0;
+
+	while (atomic_load_explicit(&s->seq, memory_order_acquire) == taken) {
+		long rc = futex(&s->seq, FUTEX_WAIT, taken, timeout);
+
+		after = now_ns();
+		woken = rc == 0;
+		if (rc < 0 && errno == ETIMEDOUT &&
+		    atomic_load_explicit(&s->seq, memory_order_acquire) == taken)
+			return false;
+	}
+	s->taken = taken + 1;
+	/* wake_seq == taken + 1: this post's timestamp, not an earlier one's (a wake-up that raced
+	 * with the store); no later post can come before the consumer answers */
+	if (woken && atomic_load_explicit(&s->wake_seq, memory_order_acquire) == taken + 1) {
+		if (s->kept < MAX_SAMPLES)
+			s->samples[s->kept++] =
+				after - atomic_load_explicit(&s->wake_ts, memory_order_relaxed);
+		s->woken++;
+	}
+	return true;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Sorted s, s[min(int(q * len), len - 1)]; "null" when empty. */
+static void print_pct(const char *key, const int64_t *sorted, size_t n, double q)
+{
+	size_t i;
+
+	if (!n) {
+		printf("\"%s\": null", key);
+		return;
+	}
+	i = (size_t)(q * (double)n);
+	if (i > n - 1)
+		i = n - 1;
+	printf("\"%s\": %lld", key, (long long)sorted[i]);
+}
+
+static void finish_output(void)
+{
+	if (fflush(stdout) || ferror(stdout))
+		die("writing the result: %s", strerror(errno));
+}
+
+static void set_name(const char *name)
+{
+	char comm[NAME_LEN];
+
+	snprintf(comm, sizeof(comm), "%s", name); /* the kernel keeps 15 characters */
+	if (prctl(PR_SET_NAME, comm, 0, 0, 0))
+		die("prctl(PR_SET_NAME): %s", strerror(errno));
+}
+
+/* The first and second CPU of the affinity mask (the first twice when there is one). */
+static void mask_cpus(int *first, int *second)
+{
+	cpu_set_t set;
+	int n = 0;
+
+	if (sched_getaffinity(0, sizeof(set), &set))
+		die("sched_getaffinity: %s", strerror(errno));
+	*first = *second = -1;
+	for (int cpu = 0; cpu < CPU_SETSIZE && n < 2; cpu++) {
+		if (!CPU_ISSET(cpu, &set))
+			continue;
+		if (n++ == 0)
+			*first = cpu;
+		else
+			*second = cpu;
+	}
+	if (*first < 0)
+		die("empty CPU affinity mask");
+	if (*second < 0)
+		*second = *first;
+}
+
+static int pin(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return sched_setaffinity(0, sizeof(set), &set);
+}
+
+static void join_cgroup(const char *dir)
+{
+	char path[4096], pid[32];
+	int fd, len;
+	ssize_t w;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/cgroup.procs", dir) >= sizeof(path))
+		die("--cgroup: path too long");
+	len = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		die("%s: %s", path, strerror(errno));
+	w = write(fd, pid, (size_t)len);
+	if (w != len)
+		die("%s: %s", path, w < 0 ? strerror(errno) : "short write");
+	if (close(fd))
+		die("%s: %s", path, strerror(errno));
+}
+
+/* B: answer every ping with a pong until the stop flag comes with a ping. */
+static void __attribute__((noreturn)) partner(struct shared *sh, int cpu, pid_t parent)
+{
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) || getppid() != parent)
+		_exit(1); /* A is gone already (or the request failed): nobody to answer */
+	if (pin(cpu)) {
+		snprintf(sh->error, sizeof(sh->error), "pinning the partner to CPU %d: %s", cpu,
+			 strerror(errno));
+		_exit(1);
+	}
+	for (;;) {
+		sem_wait(&sh->ping, NULL);
+		if (atomic_load_explicit(&sh->stop, memory_order_acquire))
+			break;
+		sem_post(&sh->pong);
+	}
+	_exit(0);
+}
+
+static void partner_died(struct shared *sh, int status)
+{
+	if (sh->error[0])
+		die("%s", sh->error);
+	if (WIFSIGNALED(status))
+		die("the partner process was killed by signal %d", WTERMSIG(status));
+	die("the partner process exited with status %d", WEXITSTATUS(status));
+}
+
+static int pingpong(const char *name, double seconds)
+{
+	const struct timespec tick = { .tv_sec = 1 };
+	size_t bytes = 2 * (size_t)MAX_SAMPLES * sizeof(int64_t);
+	struct shared *sh;
+	int64_t *store, *all, t0, end, elapsed;
+	uint64_t n = 0;
+	size_t kept;
+	int cpu_a, cpu_b, status;
+	pid_t b;
+
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	store = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE,
+		     -1, 0);
+	if (sh == MAP_FAILED || store == MAP_FAILED)
+		die("mmap: %s", strerror(errno));
+	sh->ping.samples = store; /* B's latencies */
+	sh->pong.samples = store + MAX_SAMPLES;
+
+	mask_cpus(&cpu_a, &cpu_b);
+	set_name(name); /* B inherits it */
+	fflush(NULL);
+	b = fork();
+	if (b < 0)
+		die("fork: %s", strerror(errno));
+	if (b == 0)
+		partner(sh, cpu_b, getppid());
+	if (pin(cpu_a)) {
+		int err = errno;
+
+		kill(b, SIGKILL);
+		waitpid(b, NULL, 0);
+		die("pinning to CPU %d: %s", cpu_a, strerror(err));
+	}
+
+	t0 = now_ns();
+	end = t0 + (int64_t)(seconds * 1e9);
+	while (now_ns() < end) {
+		sem_post(&sh->ping);
+		while (!sem_wait(&sh->pong, &tick)) { /* a second with no pong: is B still there? */
+			if (waitpid(b, &status, WNOHANG) == b)
+				partner_died(sh, status);
+		}
+		n++;
+	}
+	elapsed = now_ns() - t0;
+	atomic_store_explicit(&sh->stop, 1, memory_order_release);
+	sem_post(&sh->ping);
+	if (waitpid(b, &status, 0) != b)
+		die("waitpid: %s", strerror(errno));
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		partner_died(sh, status);
+	atomic_thread_fence(memory_order_acquire); /* B's counts and samples */
+
+	kept = sh->ping.kept + sh->pong.kept;
+	all = malloc((kept ? kept : 1) * sizeof(*all));
+	if (!all)
+		die("out of memory");
+	memcpy(all, sh->ping.samples, sh->ping.kept * sizeof(*all));
+	memcpy(all + sh->ping.kept, sh->pong.samples, sh->pong.kept * sizeof(*all));
+	qsort(all, kept, sizeof(*all), cmp_i64);
+
+	/* the stop post's wake-up of B is a real wake-up too (counted in ping's) */
+	printf("{\"mode\": \"pingpong\", \"wakeups\": %llu, \"round_trips\": %llu, "
+	       "\"rate_per_s\": %.1f, ",
+	       (unsigned long long)(sh->ping.woken + sh->pong.woken), (unsigned long long)n,
+	       elapsed > 0 ? (double)n / ((double)elapsed / 1e9) : 0.0);
+	print_pct("p50_ns", all, kept, 0.5);
+	printf(", ");
+	print_pct("p90_ns", all, kept, 0.9);
+	printf(", \"samples\": %zu}\n", kept);
+	finish_output();
+	free(all);
+	return 0;
+}
+
+/* round(sum / n) as Python's round() does: to the nearest, halves to even. */
+static long long round_div(long long sum, long long n)
+{
+	long long q = sum / n, r = sum % n;
+
+	if (r < 0) { /* floor division */
+		q--;
+		r += n;
+	}
+	if (2 * r > n || (2 * r == n && (q & 1)))
+		q++;
+	return q;
+}
+
+static int sleeper(const char *name, double seconds, int64_t period_ns)
+{
+	struct timespec period = { .tv_sec = period_ns / 1000000000LL,
+				   .tv_nsec = period_ns % 1000000000LL };
+	int64_t *samples = NULL, end;
+	size_t n = 0, cap = 0;
+	uint64_t wakeups = 0;
+	long long sum = 0;
+	int cpu, unused;
+
+	mask_cpus(&cpu, &unused);
+	set_name(name);
+	if (pin(cpu))
+		die("pinning to CPU %d: %s", cpu, strerror(errno));
+	if (prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0))
+		die("prctl(PR_SET_TIMERSLACK): %s", strerror(errno));
+
+	end = now_ns() + (int64_t)(seconds * 1e9);
+	while (now_ns() < end) {
+		struct timespec left = period;
+		int64_t t0 = now_ns(), late;
+		int rc;
+
+		while ((rc = clock_nanosleep(CLOCK_MONOTONIC, 0, &left, &left)) == EINTR)
+			;
+		if (rc)
+			die("clock_nanosleep: %s", strerror(rc));
+		late = now_ns() - t0 - period_ns;
+		wakeups++;
+		if (n == cap && cap < MAX_SAMPLES) {
+			size_t want = cap ? 2 * cap : 4096;
+			int64_t *grown;
+
+			if (want > MAX_SAMPLES)
+				want = MAX_SAMPLES;
+			grown = realloc(samples, want * sizeof(*samples));
+			if (!grown)
+				die("out of memory");
+			samples = grown;
+			cap = want;
+		}
+		if (n < cap) {
+			samples[n++] = late;
+			sum += late;
+		}
+	}
+	if (n)
+		qsort(samples, n, sizeof(*samples), cmp_i64);
+
+	printf("{\"mode\": \"sleep\", \"wakeups\": %llu, \"rate_per_s\": %.1f, ",
+	       (unsigned long long)wakeups, (double)wakeups / seconds);
+	print_pct("p50_ns", samples, n, 0.5);
+	printf(", ");
+	print_pct("p90_ns", samples, n, 0.9);
+	if (n)
+		printf(", \"mean_ns\": %lld", round_div(sum, (long long)n));
+	else
+		printf(", \"mean_ns\": null");
+	printf(", \"samples\": %zu}\n", n);
+	finish_output();
+	free(samples);
+	return 0;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: wake-load pingpong --name NAME --seconds S [--cgroup DIR]\n"
+		   "       wake-load sleep --name NAME --seconds S [--period-us P] [--cgroup DIR]\n");
+}
+
+static double positive(const char *opt, const char *s)
+{
+	char *e;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &e);
+	if (e == s || *e || errno || !isfinite(v) || v <= 0)
+		die("%s: not a positive number: '%s'", opt, s);
+	return v;
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode, *name = NULL, *seconds_s = NULL, *period_s = NULL, *cgroup = NULL;
+	double seconds, period_us = 1000.0;
+
+	if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+		usage(stdout);
+		return 0;
+	}
+	if (argc < 2)
+		die("no mode given (pingpong or sleep); see --help");
+	mode = argv[1];
+	if (strcmp(mode, "pingpong") && strcmp(mode, "sleep"))
+		die("unknown mode '%s' (pingpong or sleep)", mode);
+	for (int i = 2; i < argc; i++) {
+		const char *arg = argv[i], *val, *eq = strchr(arg, '=');
+		size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+		const char **slot;
+
+		if (len == 6 && !strncmp(arg, "--name", len))
+			slot = &name;
+		else if (len == 9 && !strncmp(arg, "--seconds", len))
+			slot = &seconds_s;
+		else if (len == 11 && !strncmp(arg, "--period-us", len) && !strcmp(mode, "sleep"))
+			slot = &period_s;
+		else if (len == 8 && !strncmp(arg, "--cgroup", len))
+			slot = &cgroup;
+		else
+			die("%s: unknown option '%s'", mode, arg);
+		if (eq)
+			val = eq + 1;
+		else if (i + 1 < argc)
+			val = argv[++i];
+		else
+			die("%.*s needs a value", (int)len, arg);
+		*slot = val;
+	}
+	if (!name)
+		die("--name is required");
+	if (!seconds_s)
+		die("--seconds is required");
+	seconds = positive("--seconds", seconds_s);
+	if (period_s)
+		period_us = positive("--period-us", period_s);
+	if (cgroup)
+		join_cgroup(cgroup);
+	if (!strcmp(mode, "pingpong"))
+		return pingpong(name, seconds);
+	return sleeper(name, seconds, (int64_t)(period_us * 1000));
+}
