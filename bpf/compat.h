@@ -232,6 +232,8 @@ struct task_struct *bpf_iter_scx_dsq_next(struct bpf_iter_scx_dsq *it) __ksym __
 void bpf_iter_scx_dsq_destroy(struct bpf_iter_scx_dsq *it) __ksym __weak;
 
 /* the facilities above that this kernel cannot give (enum pyland_compat) */
+static __always_inline bool pyl_cgroup_bw(void);
+
 static __always_inline u64 pyl_compat_missing(void)
 {
 	u64 missing = 0;
@@ -252,6 +254,8 @@ static __always_inline u64 pyl_compat_missing(void)
 		missing |= PYLAND_NO_ERROR_REPORT;
 	if (!bpf_ksym_exists(scx_bpf_dsq_nr_queued___pyl))
 		missing |= PYLAND_NO_NR_QUEUED;
+	if (!pyl_cgroup_bw())
+		missing |= PYLAND_NO_CGROUP_BW;
 	return missing;
 }
 
@@ -291,6 +295,53 @@ static __always_inline bool pyl_dsq_move(struct bpf_iter_scx_dsq *it, struct tas
 static __always_inline u64 pyl_dsq_iter_rev(void)
 {
 	return bpf_core_enum_value_exists(enum scx_dsq_iter_flags, SCX_DSQ_ITER_REV) ? SCX_DSQ_ITER_REV : 0;
+}
+
+/*
+ * Moving a task between DSQs with a new ordering key (6.12: the *_from_dsq names). pyland moves
+ * only from ops.dispatch, which every version allows.
+ */
+void scx_bpf_dsq_move_set_vtime___v1(struct bpf_iter_scx_dsq *it__iter, u64 vtime) __ksym __weak;
+void scx_bpf_dispatch_from_dsq_set_vtime___v0(struct bpf_iter_scx_dsq *it__iter, u64 vtime) __ksym __weak;
+bool scx_bpf_dsq_move_vtime___v1(struct bpf_iter_scx_dsq *it__iter, struct task_struct *p, u64 dsq_id,
+				 u64 enq_flags) __ksym __weak;
+bool scx_bpf_dispatch_vtime_from_dsq___v0(struct bpf_iter_scx_dsq *it__iter, struct task_struct *p,
+					  u64 dsq_id, u64 enq_flags) __ksym __weak;
+
+static __always_inline bool pyl_can_move_vtime(void)
+{
+	return (bpf_ksym_exists(scx_bpf_dsq_move_set_vtime___v1) && bpf_ksym_exists(scx_bpf_dsq_move_vtime___v1)) ||
+	       (bpf_ksym_exists(scx_bpf_dispatch_from_dsq_set_vtime___v0) &&
+		bpf_ksym_exists(scx_bpf_dispatch_vtime_from_dsq___v0));
+}
+
+static __always_inline bool pyl_dsq_move_vtime(struct bpf_iter_scx_dsq *it, struct task_struct *p, u64 dsq_id,
+					       u64 vtime)
+{
+	if (bpf_ksym_exists(scx_bpf_dsq_move_vtime___v1)) {
+		scx_bpf_dsq_move_set_vtime___v1(it, vtime);
+		return scx_bpf_dsq_move_vtime___v1(it, p, dsq_id, 0);
+	}
+	scx_bpf_dispatch_from_dsq_set_vtime___v0(it, vtime);
+	return scx_bpf_dispatch_vtime_from_dsq___v0(it, p, dsq_id, 0);
+}
+
+/*
+ * cpu.max enforcement (cgroup_bw.h) needs the bandwidth hooks (6.17: ops.cgroup_set_bandwidth and
+ * the bw_* fields of ops.cgroup_init's arguments), the ancestors of a cgroup, pyland's own DSQs
+ * and moves between them. Older kernels keep a cgroup's cpu.max for the fair class only.
+ */
+struct cgroup *bpf_cgroup_ancestor___pyl(struct cgroup *cgrp, int level) __ksym __weak;
+struct cgroup *bpf_cgroup_from_id___pyl(u64 cgid) __ksym __weak;
+void bpf_cgroup_release___pyl(struct cgroup *cgrp) __ksym __weak;
+
+static __always_inline bool pyl_cgroup_bw(void)
+{
+	struct scx_cgroup_init_args *args = NULL;
+
+	return bpf_core_field_exists(args->bw_quota_us) && bpf_ksym_exists(bpf_cgroup_ancestor___pyl) &&
+	       bpf_ksym_exists(bpf_cgroup_from_id___pyl) && bpf_ksym_exists(bpf_cgroup_release___pyl) &&
+	       pyl_custom_dsqs() && pyl_can_move_vtime();
 }
 
 /* clock shared with the scheduler core (rq clock); plain monotonic time before 6.14 */

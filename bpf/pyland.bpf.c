@@ -9,6 +9,7 @@
  *   per-CPU DSQs 0..nr_cpu_ids-1   tasks user space placed on a CPU (vtime-ordered by deadline)
  *   SHARED_DSQ                     tasks for any CPU, and the BPF-side fallbacks
  *   SCHED_DSQ                      only the scheduler process itself
+ *   HELD_DSQ                       tasks whose cgroup is out of cpu.max quota (cgroup_bw.h)
  *
  * Kernels that cannot create DSQs or walk them (pyl_custom_dsqs() false: Debian 7.2.9 and 7.2.12,
  * see compat.h) get the same flow on the kernel's built-in DSQs, which are FIFO:
@@ -52,6 +53,8 @@ char _license[] SEC("license") = "GPL";
 #define RESCUE_MAX		1
 /* pending work without a record consumed for this many policy budgets stops pyland (heartbeat) */
 #define PROGRESS_BUDGETS	10
+/* cpu.max: the cgroups charged for a task, its own and its nearest ancestors (cgroup_bw.h) */
+#define BW_MAX_LEVELS		8
 
 /* Set by user space before load (see struct pyland_config); the only variable in .rodata. */
 const volatile struct pyland_config cfg = {
@@ -92,6 +95,12 @@ struct task_ctx {
 	u64 direct_gen;		/* enq_cnt of the last wake-up BPF placed itself */
 	u64 wake_gen;		/* enq_cnt of the last wake-up (only its decision moves the grant) */
 	bool direct_wake;	/* the grant: the policy's last answer to a wake-up asked for direct wake-ups */
+	bool bw_was_held;	/* held aside for cpu.max since its last record (told to user space) */
+	u32 bw_nr;		/* entries of bw_chain */
+	u64 cgroup_id;		/* its cgroup (cpu controller), set at init and on every move */
+	u64 bw_chain[BW_MAX_LEVELS];	/* ids of its cgroup and ancestors, nearest first */
+	u64 bw_charged_exec;	/* se.sum_exec_runtime its CPU time was last charged up to */
+	u64 bw_held_at;		/* when it was last held aside */
 };
 
 struct {
@@ -125,7 +134,7 @@ struct {
 	__type(value, struct heartbeat);
 } heartbeat_map SEC(".maps");
 
-_Static_assert(sizeof(struct pyland_task) == 80, "pyland_task layout changed: update records.py");
+_Static_assert(sizeof(struct pyland_task) == 96, "pyland_task layout changed: update records.py");
 _Static_assert(sizeof(struct pyland_decision) == 48, "pyland_decision layout changed: update records.py");
 
 static __always_inline struct task_ctx *lookup_task_ctx(const struct task_struct *p)
@@ -233,8 +242,13 @@ static __always_inline bool direct_wake_allowed(const struct task_ctx *tctx, s32
 	return cctx && pyl_now() - cctx->dispatch_at < cfg.direct_wake_ns;
 }
 
+static __always_inline u64 fallback_deadline(struct task_ctx *tctx);
+
+#include "cgroup_bw.h"
+
 s32 BPF_STRUCT_OPS(pyland_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
 {
+	struct task_ctx *tctx;
 	bool is_idle = false;
 	s32 cpu;
 
@@ -250,6 +264,10 @@ s32 BPF_STRUCT_OPS(pyland_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 		cpu = pyl_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
 		return is_idle ? cpu : prev_cpu;
 	}
+
+	/* a task of a throttled cgroup must not run: ops.enqueue holds it (cgroup_bw.h) */
+	if (bw_active() && (tctx = lookup_task_ctx(p)) && bw_throttled(tctx, bpf_ktime_get_ns()))
+		return prev_cpu;
 
 	/* R8: an idle CPU gets the task at once, without a Python round trip. */
 	cpu = pyl_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
@@ -347,6 +365,10 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	s32 cpu;
 
 	if (is_usersched(p)) {
+		if (enq_flags & SCX_ENQ_LAST) {	/* nothing else wants its CPU: it goes on (see below) */
+			pyl_dsq_insert(p, SCX_DSQ_LOCAL, USERSCHED_SLICE_NS, enq_flags);
+			return;
+		}
 		if (!pyl_custom_dsqs()) {
 			struct cpu_ctx *cctx = lookup_cpu_ctx(scx_bpf_task_cpu(p));
 
@@ -395,6 +417,28 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	tctx->enq_cnt++;
 	if (enq_flags & SCX_ENQ_WAKEUP)
 		tctx->wake_gen = tctx->enq_cnt;
+
+	/* cpu.max: a task whose cgroup is out of quota waits aside, neither run nor sent to user space */
+	if (bw_active()) {
+		u64 now = bpf_ktime_get_ns();
+		struct pyland_cgroup_bw *bw = bw_throttled(tctx, now);
+
+		if (bw) {
+			bw_hold(p, tctx, bw, enq_flags, now);
+			return;
+		}
+	}
+
+	/*
+	 * SCX_OPS_ENQ_LAST: ops.dispatch found nothing else for this CPU and did not extend the
+	 * task's slice, which it does for every task but the scheduler and a throttled one (whose
+	 * hold is above). Without the flag the kernel would keep running the task on a fresh 20 ms
+	 * slice, and a cgroup out of quota would keep its CPU; every other task goes on as it would.
+	 */
+	if (enq_flags & SCX_ENQ_LAST) {
+		pyl_dsq_insert(p, SCX_DSQ_LOCAL, cfg.slice_ns, enq_flags);
+		return;
+	}
 
 	cpu = scx_bpf_task_cpu(p);
 	if (cfg.new_direct && tctx->enq_cnt == 1) {
@@ -461,6 +505,9 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	rec->vtime = tctx->vtime;
 	rec->enq_cnt = tctx->enq_cnt;
 	bpf_probe_read_kernel_str(rec->comm, sizeof(rec->comm), p->comm);
+	rec->cgroup_id = tctx->cgroup_id;
+	rec->throttled = tctx->bw_was_held;
+	tctx->bw_was_held = false;
 
 	/*
 	 * R1: count BEFORE publishing. If the record were submitted first, the Python loop could read
@@ -584,6 +631,17 @@ static long apply_decision(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 		/* placed by BPF (a direct wake-up, a first enqueue): only the vtime and grant change */
 		__sync_fetch_and_add(&shared.nr_wake_updates, 1);
 		goto release;
+	}
+	/* the cgroup ran out of quota while the policy decided: the task waits aside after all */
+	if (bw_active()) {
+		u64 now = bpf_ktime_get_ns();
+		struct pyland_cgroup_bw *bw = bw_throttled(tctx, now);
+
+		if (bw) {
+			bw_hold(p, tctx, bw, 0, now);
+			dctx->inserted++;
+			goto release;
+		}
 	}
 	target = d->cpu;
 	if (target < PYLAND_CPU_ANY || target >= (s32)scx_bpf_nr_cpu_ids())
@@ -759,10 +817,15 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 		 * local DSQ already. The previous task goes on only if the drain added nothing: its
 		 * slice left would make the kernel keep it ahead of what was just inserted.
 		 */
-		if (!dctx.inserted && prev && (prev->scx.flags & SCX_TASK_QUEUED) && !is_usersched(prev))
+		if (!dctx.inserted && prev && (prev->scx.flags & SCX_TASK_QUEUED) && !is_usersched(prev) &&
+		    !bw_task_throttled(prev))
 			pyl_set_slice(prev, cfg.slice_ns);
 		return;
 	}
+
+	/* cpu.max: held tasks whose cgroups have budget again join the shared DSQ */
+	if (bw_active())
+		bw_release_held(bpf_ktime_get_ns());
 
 	/* a task about to trip the watchdog goes before everything else (see rescue_starved) */
 	now = pyl_now();
@@ -803,7 +866,7 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 	 * Nothing else wants this CPU: let the previous task go on, with the BPF slice (R5), instead
 	 * of the kernel's 20 ms default refill and instead of a pointless round trip to Python.
 	 */
-	if (prev && (prev->scx.flags & SCX_TASK_QUEUED) && !is_usersched(prev))
+	if (prev && (prev->scx.flags & SCX_TASK_QUEUED) && !is_usersched(prev) && !bw_task_throttled(prev))
 		pyl_set_slice(prev, cfg.slice_ns);
 }
 
@@ -837,6 +900,7 @@ void BPF_STRUCT_OPS(pyland_running, struct task_struct *p)
 	if (!tctx)
 		return;
 	tctx->start_ts = pyl_now();
+	tctx->bw_charged_exec = p->se.sum_exec_runtime;
 	if (cctx && !is_critical_kthread(p))
 		cctx->running_deadline = tctx->deadline;
 	/* racy max across CPUs: a lost update only places the next new task one deadline earlier */
@@ -858,6 +922,8 @@ void BPF_STRUCT_OPS(pyland_stopping, struct task_struct *p, bool runnable)
 	tctx->stop_ts = now;
 	if (now > tctx->start_ts)
 		tctx->exec_runtime += now - tctx->start_ts;
+	if (bw_active())
+		bw_charge(p, tctx, bpf_ktime_get_ns());
 }
 
 /*
@@ -880,8 +946,21 @@ static __always_inline bool usersched_waits(s32 cpu)
 
 void BPF_STRUCT_OPS(pyland_tick, struct task_struct *p)
 {
+	struct task_ctx *tctx;
+
 	if (is_usersched(p))
 		return;
+	/* cpu.max: charge the running task, and stop it if that used up its cgroup's quota */
+	if (bw_active() && (tctx = lookup_task_ctx(p))) {
+		u64 now = bpf_ktime_get_ns();
+
+		bw_charge(p, tctx, now);
+		if (bw_throttled(tctx, now)) {
+			pyl_set_slice(p, 0);
+			__sync_fetch_and_add(&shared.nr_bw_preempted, 1);
+			return;
+		}
+	}
 	/*
 	 * The scheduler is runnable and waiting with work to do: end the current slice now so this
 	 * CPU goes through ops.dispatch, which runs the scheduler first (built-in DSQs: the kernel
@@ -905,9 +984,59 @@ void BPF_STRUCT_OPS(pyland_disable, struct task_struct *p)
 
 s32 BPF_STRUCT_OPS(pyland_init_task, struct task_struct *p, struct scx_init_task_args *args)
 {
-	if (!bpf_task_storage_get(&task_ctx_stor, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE))
+	struct task_ctx *tctx = bpf_task_storage_get(&task_ctx_stor, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+
+	if (!tctx)
 		return -ENOMEM;
+	/*
+	 * args->cgroup is a plain pointer to the verifier, which the ancestor walk refuses: the
+	 * cgroup is looked up again by id, a reference the walk accepts.
+	 */
+	if (pyl_cgroup_bw() && args->cgroup) {
+		struct cgroup *cgrp = bpf_cgroup_from_id___pyl(args->cgroup->kn->id);
+
+		if (cgrp) {
+			bw_set_chain(tctx, cgrp);
+			bpf_cgroup_release___pyl(cgrp);
+		}
+	}
 	return 0;
+}
+
+/*
+ * cpu.max (cgroup_bw.h). The kernel calls cgroup_init for every cgroup when pyland attaches and for
+ * each new one, with its cpu.max; cgroup_set_bandwidth when cpu.max is written. Before 6.17 neither
+ * carries the bandwidth, and cgroup_set_bandwidth is not in the kernel's sched_ext_ops: libbpf
+ * leaves that callback out, and these only keep the tasks' cgroups for the records.
+ */
+s32 BPF_STRUCT_OPS(pyland_cgroup_init, struct cgroup *cgrp, struct scx_cgroup_init_args *args)
+{
+	if (pyl_cgroup_bw())
+		bw_set(cgrp->kn->id, BPF_CORE_READ(args, bw_period_us), BPF_CORE_READ(args, bw_quota_us),
+		       BPF_CORE_READ(args, bw_burst_us));
+	return 0;
+}
+
+void BPF_STRUCT_OPS(pyland_cgroup_exit, struct cgroup *cgrp)
+{
+	u64 id = cgrp->kn->id;
+
+	if (!bpf_map_delete_elem(&cgroup_bw, &id))
+		__sync_fetch_and_sub(&shared.nr_bw_cgroups, 1);
+}
+
+void BPF_STRUCT_OPS(pyland_cgroup_move, struct task_struct *p, struct cgroup *from, struct cgroup *to)
+{
+	struct task_ctx *tctx = lookup_task_ctx(p);
+
+	if (tctx && pyl_cgroup_bw())
+		bw_set_chain(tctx, to);
+}
+
+void BPF_STRUCT_OPS(pyland_cgroup_set_bandwidth, struct cgroup *cgrp, u64 period_us, u64 quota_us,
+		    u64 burst_us)
+{
+	bw_set(cgrp->kn->id, period_us, quota_us, burst_us);
 }
 
 /*
@@ -1016,6 +1145,10 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(pyland_init)
 			return err;
 	}
 
+	err = bw_init();
+	if (err)
+		return err;
+
 	hb = bpf_map_lookup_elem(&heartbeat_map, &key);
 	if (!hb)
 		return -ENOMEM;
@@ -1051,9 +1184,13 @@ struct sched_ext_ops __name = {							\
 	.enable		= (void *)pyland_enable,				\
 	.disable	= (void *)pyland_disable,				\
 	.init_task	= (void *)pyland_init_task,				\
+	.cgroup_init	= (void *)pyland_cgroup_init,				\
+	.cgroup_exit	= (void *)pyland_cgroup_exit,				\
+	.cgroup_move	= (void *)pyland_cgroup_move,				\
+	.cgroup_set_bandwidth = (void *)pyland_cgroup_set_bandwidth,		\
 	.init		= (void *)pyland_init,					\
 	.exit		= (void *)pyland_exit,					\
-	.flags		= (__flags),						\
+	.flags		= SCX_OPS_ENQ_LAST | (__flags),				\
 	.timeout_ms	= 5000,							\
 	.name		= PYLAND_OPS_NAME,					\
 }

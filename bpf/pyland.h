@@ -20,7 +20,7 @@
 /* ops.exit's exit_code when the BPF core itself stopped pyland because user space made no progress */
 #define PYLAND_EXIT_STALLED	0x70796c01LL
 
-/* queued ring buffer record (kernel -> user): one per task to schedule; 80 bytes */
+/* queued ring buffer record (kernel -> user): one per task to schedule; 96 bytes */
 struct pyland_task {
 	__s32 pid;
 	__s32 cpu;		/* previous CPU */
@@ -35,6 +35,8 @@ struct pyland_task {
 	__u64 vtime;		/* vruntime last returned by user space, 0 for a new task */
 	__u64 enq_cnt;		/* generation of this enqueue */
 	char comm[PYLAND_COMM_LEN];
+	__u64 cgroup_id;	/* the task's cgroup (cpu controller), its inode number; 0: unknown */
+	__u64 throttled;	/* 1: held aside since its last record, its cgroup out of cpu.max quota */
 };
 
 /* dispatched user ring buffer record (user -> kernel): one decision per task; 48 bytes */
@@ -61,6 +63,25 @@ enum pyland_compat {
 	PYLAND_NO_DSQ_ITER		= 1 << 5,	/* no rescue scan; built-in FIFO DSQs as above */
 	PYLAND_NO_ERROR_REPORT		= 1 << 6,	/* scheduler errors fall back instead of ejecting */
 	PYLAND_NO_NR_QUEUED		= 1 << 7,	/* DSQ lengths unknown: "someone may wait" */
+	PYLAND_NO_CGROUP_BW		= 1 << 8,	/* cpu.max is not enforced (no bandwidth hooks) */
+};
+
+/*
+ * cpu.max of one cgroup as pyland enforces it (map `cgroup_bw`, key: the cgroup's id). Only
+ * cgroups with a quota are in the map. Times in ns, on the clock of bpf_ktime_get_ns().
+ */
+struct pyland_cgroup_bw {
+	__u64 period_ns;
+	__u64 quota_ns;
+	__u64 burst_ns;
+	__u64 period_start;	/* when the current period began */
+	__u64 used;		/* CPU time charged in this period, plus debt carried from the last */
+	__u64 credit;		/* unused quota carried forward, at most burst_ns */
+	__u64 throttled_at;	/* when it ran out of budget in this period; 0: it has not */
+	__u64 nr_throttled;	/* periods in which it ran out */
+	__u64 throttled_ns;	/* time spent throttled, summed at each period's end */
+	__u64 nr_held;		/* tasks held aside because of it */
+	__u64 usage_ns;		/* CPU time charged, in total */
 };
 
 /* read-only configuration (.rodata), written by user space before load */
@@ -127,6 +148,13 @@ struct pyland_shared {
 	__u64 starving;			/* 1 while the last rescue scan found a task that waited starve_ns */
 	__u64 progress_seen;		/* heartbeat: nr_consumed when it last moved */
 	__u64 progress_at;		/* heartbeat: ns (bpf_ktime_get_ns) when it last moved */
+	__u64 nr_bw_cgroups;		/* cgroups with a cpu.max quota (entries of `cgroup_bw`) */
+	__u64 nr_bw_held;		/* tasks held aside: a cgroup of theirs was out of quota */
+	__u64 nr_bw_released;		/* held tasks put back once their cgroups had budget again */
+	__u64 nr_bw_preempted;		/* running tasks stopped at the tick: their cgroup ran out */
+	__u64 nr_bw_overdue;		/* held tasks released still throttled, before the watchdog */
+	__u64 bw_timer_at;		/* when the release timer fires next; 0: not armed */
+	__u64 bw_release;		/* 1: the timer asks ops.dispatch to look at the held tasks */
 	/* written by user space */
 	__u64 nr_consumed;		/* records read from `queued` */
 	__u64 nr_scheduled;		/* tasks read but whose decision is not yet written (the pool) */

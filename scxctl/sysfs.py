@@ -180,6 +180,24 @@ def read_sched_ext(sysroot: SysRoot | None = None) -> SchedExtStatus:
     )
 
 
+VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
+BANDWIDTH_HOOK = "cgroup_set_bandwidth"  # in struct sched_ext_ops since 6.17: cpu.max reaches BPF
+
+
+def sched_ext_ops_members(sysroot: SysRoot | None = None) -> tuple[str, ...] | None:
+    """The members of the running kernel's struct sched_ext_ops, from its BTF: which callbacks it
+    can call. Empty when the BTF has no such struct (no sched_ext); None when it is missing or
+    unreadable."""
+    from scxctl.btf import Btf, BTFError, Kind
+
+    sr = sysroot or SysRoot()
+    try:
+        ops = Btf(sr.read_bytes(VMLINUX_BTF)).find(Kind.STRUCT, "sched_ext_ops")
+    except (OSError, BTFError):
+        return None
+    return ops.members if ops is not None else ()
+
+
 def sysrq_reset_sched_ext(sysroot: SysRoot | None = None) -> None:
     """SysRq-S: the kernel unloads whatever BPF scheduler is loaded (exit kind SYSRQ), any owner.
 

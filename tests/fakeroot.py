@@ -159,6 +159,16 @@ def every_kind_btf(with_ops: bool = True, byteorder: str = "<") -> bytes:
     return b.build()
 
 
+def hook_btf(with_hook: bool = True) -> bytes:
+    """Kernel BTF whose struct sched_ext_ops has (6.17+) or lacks cgroup_set_bandwidth."""
+    b = BtfBuilder()
+    u32 = b.int_("unsigned int", 4)
+    ptr = b.ptr(u32)
+    members = [*SCHED_EXT_OPS_MEMBERS, *(["cgroup_set_bandwidth"] if with_hook else [])]
+    b.struct("sched_ext_ops", 8 * len(members), [(m, ptr, 64 * i) for i, m in enumerate(members)])
+    return b.build()
+
+
 class FakeRoot:
     """A directory laid out like / with the /proc and /sys files doctor reads."""
 

@@ -94,10 +94,26 @@ pid=$(pyland_pid)
 cat /proc/${pid:-0}/cgroup >$R/pyland_cgroup.txt 2>&1
 echo "${pid:-none}" >$R/pyland_pid.txt
 
+# systemd's CPUQuota= (cpu.max) under the packaged daemon's pyland, and below under the default
+# scheduler: two busy loops for 10 s in a transient unit; systemd reports the unit's CPU time
+quota_run() {
+    systemd-run --wait -p CPUQuota=20% --unit=quota-$1 \
+        sh -c 'for i in 1 2; do timeout 10 sh -c "while :; do :; done" & done; wait' >$R/quota_$1.out 2>&1 &
+    local q=$!
+    sleep 6
+    scxctl status --json >$R/quota_$1_status.json 2>&1
+    scxctl status >$R/quota_$1_status.txt 2>&1
+    wait $q
+}
+quota_run pyland
+kstate >$R/after_quota.txt
+
 scxctl disable >$R/disable.out 2>&1; echo $? >$R/disable.rc
 kstate >$R/after_disable.txt
 scxctl status --json >$R/status_disabled.json 2>&1
 scx_procs >$R/procs_disabled.txt
+
+quota_run default
 
 # the bench as installed: the packaged native worker runs its roles, and doctor checks that worker
 scxctl doctor --json >$R/doctor_installed.json 2>$R/doctor_installed.err
@@ -293,6 +309,27 @@ def test_disable_returns_to_the_default_scheduler(guest: Path) -> None:
     assert not [p for p in _scx_procs(guest, "procs_disabled.txt") if " run pyland" in p]
 
 
+def _cpu_consumed(text: str) -> float:
+    """systemd-run --wait's "CPU time consumed: 2.013s" (or "987ms") in seconds."""
+    line = next(ln for ln in text.splitlines() if "CPU time consumed:" in ln)
+    value = line.split("CPU time consumed:")[1].strip()
+    return float(value[:-2]) / 1000 if value.endswith("ms") else float(value.rstrip("s"))
+
+
+def test_cpu_quota_of_a_unit_holds_under_the_packaged_daemons_pyland(guest: Path) -> None:
+    assert _r(guest, "after_quota.txt") == "enabled pyland", _r(guest, "quota_pyland.out")
+    mine, theirs = _cpu_consumed(_r(guest, "quota_pyland.out")), _cpu_consumed(_r(guest, "quota_default.out"))
+    print(f"\nCPUQuota=20%, two busy loops, 10 s: pyland {mine:.2f} s, default {theirs:.2f} s "
+          f"({mine / theirs:.2f}x)")
+    assert 0.8 <= mine / theirs <= 1.25, (_r(guest, "quota_pyland.out"), _r(guest, "quota_default.out"))
+    st = _json(guest, "quota_pyland_status.json")
+    rows = {r["path"]: r for r in (st["cgroups"] or {}).get("cgroups", [])}
+    unit = rows.get("/system.slice/quota-pyland.service")
+    assert unit is not None, st.get("cgroups")
+    assert (unit["quota_us"], unit["period_us"]) == (20000, 100000) and unit["nr_throttled"] > 0, unit
+    assert "cpu.max:" in _r(guest, "quota_pyland_status.txt")
+
+
 def test_bench_runs_the_packaged_worker_and_doctor_checks_it(guest: Path) -> None:
     assert _r(guest, "bench_installed.rc") in ("0", "1"), _r(guest, "bench_installed.out")[-3000:]
     report = _json(guest, "bench_installed.json")
@@ -380,6 +417,7 @@ scxctl enable >$R/enable.out 2>&1; echo $? >$R/enable.rc
 wait_kstate "enabled pyland" 60 >$R/enabled_after.txt
 kstate >$R/after_enable.txt
 scx_procs >$R/procs.txt
+scxctl doctor --json >$R/doctor.json 2>/dev/null
 scxctl disable >$R/disable.out 2>&1; echo $? >$R/disable.rc
 wait_kstate "disabled -" 30 >/dev/null
 kstate >$R/after_disable.txt
@@ -409,3 +447,9 @@ def test_the_package_runs_pyland_on_the_oldest_kernel(oldest_guest: Path) -> Non
     assert len(pyland) == 1 and UNIT_CGROUP in pyland[0], pyland
     assert _r(oldest_guest, "disable.rc") == "0", _r(oldest_guest, "disable.out")
     assert _r(oldest_guest, "after_disable.txt") == "disabled -"
+
+
+def test_doctor_says_a_kernel_before_6_17_cannot_give_pyland_cpu_max(oldest_guest: Path) -> None:
+    checks = {c["id"]: c for c in _json(oldest_guest, "doctor.json")["checks"]}
+    row = checks["cgroup.bandwidth"]
+    assert row["details"]["kernel_hooks"] is False and row["details"]["scheduler"] == "pyland", row

@@ -157,6 +157,31 @@ def test_sleeper_credit_is_capped_at_one_budget() -> None:
     assert policy.stats()["clamped"] == 2
 
 
+def test_a_task_held_for_cpu_max_gets_no_sleeper_credit_and_no_boost() -> None:
+    policy = DeadlinePolicy(OPTS)
+    hog = EmulatedTask(1)
+    run_hog(policy, hog, 0, 200)
+    global_v = policy.stats()["vtime_now"]
+
+    # the same short-burst waker twice: once after a real sleep, once after a hold
+    sleeper = EmulatedTask(2)
+    run_waker(policy, sleeper, 0, 5, 100 * US)
+    sleeper.vtime = global_v - 5 * MS
+    slept = enqueue(policy, sleeper, wakeup=True)
+    assert slept.preempt and slept.direct_wake and slept.vtime < global_v  # kept its credit
+
+    held = EmulatedTask(3)
+    run_waker(policy, held, 0, 5, 100 * US)
+    held.vtime = global_v - 5 * MS
+    held.throttled = 1
+    d = enqueue(policy, held, wakeup=True)
+    assert d.preempt is False and d.direct_wake is False
+    assert d.vtime >= global_v  # its wait was its quota's: no credit for it
+    assert policy.stats()["throttled"] == 1
+    # the next wake-up, after a real sleep, is boosted again
+    assert enqueue(policy, held, wakeup=True).preempt is True
+
+
 def test_a_run_segment_is_charged_once() -> None:
     policy = DeadlinePolicy(OPTS)
     t = EmulatedTask(1)

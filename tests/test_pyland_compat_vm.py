@@ -42,6 +42,7 @@ exit 0
 
 NO_SELECT_CPU_DFL, NO_PICK_IDLE_CPU, NO_DISPATCH_SLOTS = 1, 2, 4
 NO_CUSTOM_DSQS, NO_KICK, NO_DSQ_ITER, NO_ERROR_REPORT, NO_NR_QUEUED = 8, 16, 32, 64, 128
+NO_CGROUP_BW = 256  # cpu.max needs pyland's own DSQs (the held tasks wait in one)
 
 
 def _boot(vm: Any, tmp_path_factory: pytest.TempPathFactory, version: str) -> tuple[Path, str]:
@@ -79,6 +80,11 @@ def k729(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return _boot(vm, tmp_path_factory, "7.2.9")
 
 
+@pytest.fixture(scope="module")
+def k_oldest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    return _boot(vm, tmp_path_factory, "oldest")
+
+
 def _doctor_check(results: Path, cid: str) -> dict[str, Any]:
     doc = json.loads(read(results, "doctor.json"))
     return next(c for c in doc["checks"] if c["id"] == cid)
@@ -113,7 +119,8 @@ def test_7_2_6_runs_without_pick_idle_cpu(k726: tuple[Path, str]) -> None:
 
 
 def test_7_2_12_runs_on_the_built_in_dsqs(k7212: tuple[Path, str]) -> None:
-    _runs_without(*k7212, NO_PICK_IDLE_CPU | NO_CUSTOM_DSQS | NO_KICK | NO_DSQ_ITER | NO_ERROR_REPORT)
+    _runs_without(*k7212, NO_PICK_IDLE_CPU | NO_CUSTOM_DSQS | NO_KICK | NO_DSQ_ITER | NO_ERROR_REPORT
+                  | NO_CGROUP_BW)
     stats = [e for e in json_lines(read(k7212[0], "run.log")) if e.get("event") == "pyland stats"]
     # no DSQ walk, no kick: the rescue scan and the heartbeat's kicks cannot have run
     assert stats[-1]["nr_rescued"] == 0 and stats[-1]["nr_timer_kicks"] == 0
@@ -121,6 +128,15 @@ def test_7_2_12_runs_on_the_built_in_dsqs(k7212: tuple[Path, str]) -> None:
 
 def test_7_2_9_runs_on_the_built_in_dsqs_without_counting_them(k729: tuple[Path, str]) -> None:
     _runs_without(*k729, NO_SELECT_CPU_DFL | NO_PICK_IDLE_CPU | NO_DISPATCH_SLOTS | NO_CUSTOM_DSQS | NO_KICK
-                  | NO_DSQ_ITER | NO_NR_QUEUED)
+                  | NO_DSQ_ITER | NO_NR_QUEUED | NO_CGROUP_BW)
     stats = [e for e in json_lines(read(k729[0], "run.log")) if e.get("event") == "pyland stats"]
     assert stats[-1]["nr_direct"] == 0 and stats[-1]["nr_rescued"] == 0
+
+
+def test_the_oldest_kernel_runs_without_cpu_max_and_says_so(k_oldest: tuple[Path, str]) -> None:
+    """Before 6.17 sched_ext_ops has no cgroup_set_bandwidth: pyland loads without that callback
+    (libbpf would refuse one the kernel lacks) and warns once that cpu.max is not enforced."""
+    _runs_without(*k_oldest, NO_CGROUP_BW)
+    row = _doctor_check(k_oldest[0], "cgroup.bandwidth")
+    assert row["details"]["kernel_hooks"] is False, row
+

@@ -73,6 +73,14 @@ def test_shared_state_layout_matches_c() -> None:
     assert [off for _, off in emembers] == fmt_offsets(records.EXIT_INFO)
 
 
+def test_cgroup_bw_layout_matches_c() -> None:
+    size, members = struct_layout(btf_types(PYLAND_OBJ), "pyland_cgroup_bw")
+    assert size == records.CGROUP_BW.size
+    assert [m for m, _ in members] == struct_members("pyland_cgroup_bw")  # built from this header
+    assert [m for m, _ in members] == list(records.CGROUP_BW_FIELDS)
+    assert [off for _, off in members] == fmt_offsets(records.CGROUP_BW)
+
+
 def test_config_layout_matches_c() -> None:
     size, members = struct_layout(btf_types(PYLAND_OBJ), "pyland_config")
     assert size == records.CONFIG.size

@@ -10,10 +10,13 @@ import os
 from pathlib import Path
 
 import pytest
+from fakeroot import FakeRoot, hook_btf
 from typer.testing import CliRunner
 
+from scxctl.bpf import object as bpfobject
 from scxctl.cli import app
 from scxctl.errors import ExitCode
+from scxctl.pyland.scheduler import BANDWIDTH_PROG, OPS_MAP, RunOptions, open_configured
 
 runner = CliRunner()
 
@@ -86,3 +89,16 @@ def test_stale_or_missing_object_exits_7(tmp_path: Path, monkeypatch: pytest.Mon
 def test_slice_options_are_checked(tmp_path: Path) -> None:
     code, out = invoke("--slice-us", "500", "--slice-min-us", "1000")
     assert code == ExitCode.USAGE and "--slice-min-us" in out
+
+
+@pytest.mark.parametrize("hook", [True, False])
+def test_a_kernel_without_the_bandwidth_hook_gets_no_such_callback(tmp_path: Path, hook: bool) -> None:
+    """libbpf refuses a struct_ops callback the kernel's sched_ext_ops lacks (before 6.17:
+    cgroup_set_bandwidth); the object `scxctl run` loads leaves it out there, and only there."""
+    fake = FakeRoot(tmp_path).sched_ext_machine()
+    fake.write("/sys/kernel/btf/vmlinux", hook_btf(hook))
+    with open_configured(bpfobject.resolve(), RunOptions(sysroot=fake.sysroot)) as obj:
+        off = obj.member_offset("sched_ext_ops", "cgroup_set_bandwidth")
+        slot = bytes(obj.map(OPS_MAP).initial_value()[off:off + 8])
+        assert (slot != bytes(8)) is hook  # libbpf keeps the program there; zero: no callback
+        assert obj.program(BANDWIDTH_PROG).autoload is hook

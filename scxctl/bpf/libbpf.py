@@ -122,6 +122,25 @@ class BpfMap:
             return self._obj._live_view(self, size.value)
         return _view(ptr, size.value, readonly=False)
 
+    def items(self, key_size: int, value_size: int, limit: int = 1 << 16) -> list[tuple[bytes, bytes]]:
+        """After load: every (key, value) of a hash or array map, as raw bytes, at most `limit`.
+
+        Not atomic: BPF may add or delete entries meanwhile, and an entry deleted between the two
+        calls is skipped; for a snapshot to show, not to account."""
+        fd = self.fd
+        key, nxt = ctypes.create_string_buffer(key_size), ctypes.create_string_buffer(key_size)
+        value = ctypes.create_string_buffer(value_size)
+        out: list[tuple[bytes, bytes]] = []
+        prev: ctypes.Array[ctypes.c_char] | None = None
+        while len(out) < limit:
+            if lib().bpf_map_get_next_key(fd, prev, nxt) < 0:
+                break  # ENOENT: no more keys
+            ctypes.memmove(key, nxt, key_size)
+            prev = key
+            if lib().bpf_map_lookup_elem(fd, key, value) == 0:
+                out.append((key.raw, value.raw))
+        return out
+
     def set_max_entries(self, n: int) -> None:
         """Before load; for a ring buffer, its size in bytes (libbpf rounds it up to a power of two)."""
         ret = lib().bpf_map__set_max_entries(self._ptr, n)
@@ -147,6 +166,10 @@ class BpfProgram:
         if fd < 0:
             raise BpfError(f"program {self.name!r} has no fd (object not loaded?)", err=-fd)
         return int(fd)
+
+    @property
+    def autoload(self) -> bool:
+        return bool(lib().bpf_program__autoload(self._ptr))
 
     def set_autoload(self, autoload: bool) -> None:
         ret = lib().bpf_program__set_autoload(self._ptr, autoload)

@@ -42,6 +42,17 @@ def render_status(st: dict[str, Any]) -> None:
         ui.line(f"last exit:  {last['kind']}: {last['reason']}{msg} ({_ago(last['at'])})")
     if s["gave_up"]:
         ui.line(f"gave up:    {s['gave_up']['reason']}")
+    cg = st.get("cgroups")
+    if cg and cg.get("cgroups"):
+        rows = cg["cgroups"]
+        throttled = [r for r in rows if r["throttled"]]
+        ui.line(f"cpu.max:    {len(rows)} cgroup(s) limited by pyland, {len(throttled)} throttled now; "
+                f"{cg['held']} task hold(s), {cg['preempted']} tick stop(s)")
+        for r in rows[:10]:
+            state = "THROTTLED" if r["throttled"] else "ok"
+            ui.line(f"            {r['path'] or r['id']}: {r['quota_us']}/{r['period_us']} us, {state}, "
+                    f"throttled {r['nr_throttled']} period(s) ({r['throttled_ms']} ms), "
+                    f"used {r['usage_ms']} ms")
     for key in ("config_error", "state_error"):
         if dm.get(key):
             ui.line((f"{key.replace('_', ' ')}:", "red"), f" {dm[key]}")

@@ -31,6 +31,7 @@ from scxctl.daemon.status_text import summary
 from scxctl.daemon.supervisor import ChildSpec, Supervisor
 from scxctl.errors import ExitCode, ScxctlError, UsageError
 from scxctl.log import get_logger
+from scxctl.pyland.cgroup_report import read_snapshot
 from scxctl.sysfs import STATE_DISABLED, SchedExtStatus, SysRoot, sysrq_reset_sched_ext
 
 log = get_logger("scxctl.daemon")
@@ -383,6 +384,8 @@ class Daemon:
                 "updated_by_uid": self.state.updated_by_uid,
             },
             "supervisor": sup,
+            # what the running pyland enforces of cpu.max (its own snapshot; null when none)
+            "cgroups": read_snapshot(sup["pid"]) if ours and sup["pid"] else None,
             "daemon": {
                 "pid": os.getpid(),
                 "version": __version__,

@@ -20,6 +20,7 @@ MODULES = (
     "checks_libbpf",
     "checks_toolchain",
     "checks_cgroup",
+    "checks_cgroup_bw",
     "checks_install",
     "checks_bpfobj",  # optional slot, see the module docstring
     "checks_benchworker",

@@ -40,6 +40,8 @@ TASK_FIELDS = (
     "vtime",
     "enq_cnt",
     "comm",
+    "cgroup_id",
+    "throttled",
 )
 DECISION_FIELDS = ("pid", "cpu", "preempt", "direct_wake", "slice_ns", "deadline", "vtime", "enq_cnt")
 
@@ -61,6 +63,8 @@ class Task:
     vtime: int  # the vtime the policy last returned for this task (0 for a new task)
     enq_cnt: int  # generation of this enqueue: echo it in Decision.enq_cnt
     comm: bytes  # 16 bytes, NUL-padded
+    cgroup_id: int  # its cgroup (cpu controller): the inode number of its /sys/fs/cgroup directory
+    throttled: int  # 1: held aside since its last record because its cgroup ran out of cpu.max quota
 
     def __init__(
         self,
@@ -77,6 +81,8 @@ class Task:
         vtime: int = 0,
         enq_cnt: int = 0,
         comm: bytes = b"",
+        cgroup_id: int = 0,
+        throttled: int = 0,
     ) -> None:
         self.pid = pid
         self.cpu = cpu
@@ -90,6 +96,8 @@ class Task:
         self.vtime = vtime
         self.enq_cnt = enq_cnt
         self.comm = comm
+        self.cgroup_id = cgroup_id
+        self.throttled = throttled
 
     @property
     def comm_text(self) -> str:

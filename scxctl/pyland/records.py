@@ -23,18 +23,35 @@ COMPAT_MISSING = {
     1 << 5: "bpf_iter_scx_dsq_new (no starvation rescue; the kernel's FIFO DSQs instead)",
     1 << 6: "scx_bpf_error_bstr (internal errors fall back instead of stopping pyland)",
     1 << 7: "scx_bpf_dsq_nr_queued (DSQ lengths unknown: direct wake-ups only right after a dispatch)",
+    1 << 8: "the cgroup bandwidth hooks (6.17+): cpu.max quotas are not enforced for pyland's tasks",
 }
+COMPAT_NO_CGROUP_BW = 1 << 8
 REASON_LEN = 128
 MSG_LEN = 1024
 
 # struct pyland_task: pid, cpu, nr_cpus_allowed, flags, start_ts, stop_ts, exec_runtime, weight,
-# placed, vtime, enq_cnt, comm[16]
-TASK = struct.Struct("=iiIIQQQIIQQ16s")
+# placed, vtime, enq_cnt, comm[16], cgroup_id, throttled
+TASK = struct.Struct("=iiIIQQQIIQQ16sQQ")
 # struct pyland_decision: pid, cpu, flags, slice_ns, deadline, vtime, enq_cnt
 DECISION = struct.Struct("=iiQQQQQ")
 # struct pyland_config (.rodata): slice_ns, usersched_tgid, builtin_idle, timer_ns, max_backlog, starve_ns,
 # direct_wake_ns, max_slice_ns, stall_ns, new_direct
 CONFIG = struct.Struct("=QIIQQQQQQQ")
+# struct pyland_cgroup_bw: the value of map `cgroup_bw`, whose key is the cgroup id (u64)
+CGROUP_BW_FIELDS = (
+    "period_ns",
+    "quota_ns",
+    "burst_ns",
+    "period_start",
+    "used",
+    "credit",
+    "throttled_at",
+    "nr_throttled",
+    "throttled_ns",
+    "nr_held",
+    "usage_ns",
+)
+CGROUP_BW = struct.Struct("=" + "Q" * len(CGROUP_BW_FIELDS))
 # ops.exit's exit_code when the BPF core stopped pyland because user space made no progress
 EXIT_STALLED = 0x70796C01
 
@@ -75,6 +92,13 @@ SHARED_COUNTERS = (
     "starving",
     "progress_seen",
     "progress_at",
+    "nr_bw_cgroups",
+    "nr_bw_held",
+    "nr_bw_released",
+    "nr_bw_preempted",
+    "nr_bw_overdue",
+    "bw_timer_at",
+    "bw_release",
     # written by user space
     "nr_consumed",
     "nr_scheduled",
@@ -91,4 +115,4 @@ EXIT_OFFSET = 8 * len(SHARED_COUNTERS)
 EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")
 SHARED_SIZE = EXIT_OFFSET + EXIT_INFO.size
 
-assert TASK.size == 80 and DECISION.size == 48 and CONFIG.size == 72 and SHARED_SIZE == 1472
+assert TASK.size == 96 and DECISION.size == 48 and CONFIG.size == 72 and SHARED_SIZE == 1528

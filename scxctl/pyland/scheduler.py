@@ -42,6 +42,7 @@ from scxctl.bpf.libbpf import BpfError, BpfLink, BpfObject
 from scxctl.bpf.ringbuf import open_reader, open_writer
 from scxctl.errors import ExitCode
 from scxctl.pyland.bpf_config import PylandConfig
+from scxctl.pyland.cgroup_report import CgroupReport
 from scxctl.pyland.hardening import harden, set_up_priority
 from scxctl.pyland.loop import PolicyFailed, SchedulerLoop
 from scxctl.pyland.policies.loader import load_policy
@@ -51,12 +52,13 @@ from scxctl.pyland.records import COMPAT_MISSING, OPS_NAME, POLICY_SINCE
 from scxctl.pyland.run_result import RunResult, outcome, too_many_restarts
 from scxctl.pyland.shared import ExitInfo, SharedState
 from scxctl.pyland.watchdog import PolicyStuck, PolicyWatchdog, StuckReport
-from scxctl.sysfs import SysRoot, nr_cpu_ids, read_sched_ext
+from scxctl.sysfs import BANDWIDTH_HOOK, SysRoot, nr_cpu_ids, read_sched_ext, sched_ext_ops_members
 
 log = logsetup.get_logger("scxctl.pyland")
 
 OPS_MAP = "pyland_ops"
 PARTIAL_OPS_MAP = "pyland_partial_ops"
+BANDWIDTH_PROG = "pyland_cgroup_set_bandwidth"
 TIMER_NS = 100 * NSEC_PER_MSEC
 # include/linux/sched/ext.h: the exit code's action bits; a restart is asked for on CPU hotplug
 SCX_ECODE_ACT_RESTART = 1 << 48
@@ -118,6 +120,13 @@ def open_configured(path: Path, opts: RunOptions, hotplug_seq: int | None = None
             stall_ns=opts.policy_budget_ms * NSEC_PER_MSEC, new_direct=int(opts.new_direct))
         obj.set_rodata_bytes(0, config.pack())
         obj.map(OPS_MAP if opts.partial else PARTIAL_OPS_MAP).set_autocreate(False)
+        members = sched_ext_ops_members(opts.sysroot)
+        if members and BANDWIDTH_HOOK not in members:
+            # before 6.17: libbpf refuses a callback the kernel's sched_ext_ops does not have, so it
+            # goes (the BPF core then says cpu.max is not enforced: PYLAND_NO_CGROUP_BW)
+            ops = obj.map(PARTIAL_OPS_MAP if opts.partial else OPS_MAP).initial_value()
+            struct.pack_into("=Q", ops, obj.member_offset("sched_ext_ops", BANDWIDTH_HOOK), 0)
+            obj.program(BANDWIDTH_PROG).set_autoload(False)
         if opts.ring_kib:
             obj.map("queued").set_max_entries(opts.ring_kib * 1024)
         if hotplug_seq:
@@ -161,6 +170,7 @@ class Scheduler:
         self.path: Path | None = None
         self.policy: Policy | None = None
         self.obj: BpfObject | None = None
+        self.cgroup_report: CgroupReport | None = None
         self.link: BpfLink | None = None
         self.shared: SharedState | None = None
         self.loop: SchedulerLoop | None = None
@@ -208,11 +218,15 @@ class Scheduler:
         reader = open_reader(obj.map("queued").fd)
         writer = open_writer(obj.map("dispatched").fd)
         self.loop = SchedulerLoop(reader, writer, self.shared, self.policy)
+        self.cgroup_report = CgroupReport(obj, self.opts.sysroot)
         self._confirmed = False
         self._kernel_exit = False
 
     def _close_object(self) -> None:
         self.detach()
+        if self.cgroup_report is not None:
+            self.cgroup_report.close()
+            self.cgroup_report = None
         if self.loop is not None:
             self._totals.update(self.loop.stats.as_dict())
             for end in (self.loop.reader, self.loop.writer):
@@ -249,6 +263,8 @@ class Scheduler:
                                 kernel=os.uname().release, missing=missing)
             elif now > self._attach_deadline:
                 self._stop.reason = f"attach check: state={st.state} ops={st.ops}"
+        if self.cgroup_report is not None:
+            self.cgroup_report.maybe_write(now, self.shared.snapshot)
         if self.opts.stats_interval > 0 and now >= self._next_stats:
             self._next_stats = now + self.opts.stats_interval
             log.info("pyland stats", **self.loop.stats.as_dict(), **self.shared.snapshot(),

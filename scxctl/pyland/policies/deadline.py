@@ -22,6 +22,10 @@ the DSQ by our deadline, so no task pool is kept in Python):
   exceeds 1 ms, while a CPU hog's stays an order of magnitude longer.
 - slice: a boosted task's slice covers twice its average burst (within [BPF slice, budget]), so
   a short burst is not cut at the BPF slice and sent around the Python round trip again.
+- cpu.max: a task the BPF core held aside because its cgroup ran out of quota (Task.throttled)
+  waited for its quota, not in a sleep: it gets neither sleeper credit (its vruntime is brought up
+  to the global one) nor the boost and grant, which would only make it burn the next period's
+  quota ahead of everyone at the start of the period.
 
 Burst history needs per-task state that the record does not carry; it lives in a fixed table
 indexed by pid (BURST_SLOTS entries, an entry is taken over by another pid on a collision), so
@@ -74,6 +78,7 @@ class DeadlinePolicy(Policy):
         "nr_boosted",
         "nr_clamped",
         "nr_slot_takeovers",
+        "nr_throttled",
     )
 
     name: ClassVar[str] = "deadline"
@@ -90,6 +95,7 @@ class DeadlinePolicy(Policy):
         self.nr_boosted = 0
         self.nr_clamped = 0
         self.nr_slot_takeovers = 0
+        self.nr_throttled = 0
 
     def decide(self, task: Task, decision: Decision) -> None:
         pid = task.pid
@@ -139,6 +145,11 @@ class DeadlinePolicy(Policy):
         elif v < g - budget:
             v = g - budget
             self.nr_clamped += 1
+        if task.throttled:
+            preempt = False
+            if v < g:
+                v = g
+            self.nr_throttled += 1
         if seg:
             v += seg if w == NICE0_WEIGHT else seg * NICE0_WEIGHT // w
 
@@ -176,4 +187,5 @@ class DeadlinePolicy(Policy):
             "boosted": self.nr_boosted,
             "clamped": self.nr_clamped,
             "burst_slot_takeovers": self.nr_slot_takeovers,
+            "throttled": self.nr_throttled,
         }

@@ -15,6 +15,7 @@ class EmulatedTask:
     """What the BPF task storage holds for one task, and the record it would queue."""
 
     __slots__ = (
+        "cgroup_id",
         "comm",
         "cpu",
         "enq_cnt",
@@ -23,6 +24,7 @@ class EmulatedTask:
         "pid",
         "start_ts",
         "stop_ts",
+        "throttled",
         "vtime",
         "weight",
     )
@@ -35,8 +37,11 @@ class EmulatedTask:
         nr_cpus_allowed: int = 2,
         weight: int = NICE0_WEIGHT,
         comm: bytes = b"",
+        cgroup_id: int = 0,
     ) -> None:
         self.pid = pid
+        self.cgroup_id = cgroup_id
+        self.throttled = 0  # set by a test: held aside for cpu.max before this enqueue
         self.cpu = cpu
         self.nr_cpus_allowed = nr_cpus_allowed
         self.weight = weight
@@ -72,6 +77,9 @@ class EmulatedTask:
         task.vtime = self.vtime
         task.enq_cnt = self.enq_cnt
         task.comm = self.comm
+        task.cgroup_id = self.cgroup_id
+        task.throttled = self.throttled
+        self.throttled = 0  # told once, as the BPF core does
 
     def apply(self, decision: Decision) -> None:
         """The BPF side of a decision: store the vtime that comes back in the next record."""
