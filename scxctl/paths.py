@@ -98,18 +98,23 @@ PYLAND_OBJECT_ENV = "SCXCTL_BPF_OBJECT"
 PYLAND_OBJECT_INSTALLED = "/usr/lib/scxctl/pyland.bpf.o"
 
 
-def pyland_object_candidates() -> list[tuple[str, Path]]:
-    """Where the pyland BPF object may be, in the loader's search order, each with its origin:
-    $SCXCTL_BPF_OBJECT, the checkout's bpf/build/pyland.bpf.o, the installed object."""
+def _built_candidates(env_var: str, checkout_rel: str, installed: str) -> list[tuple[str, Path]]:
+    """A built file's search order, each with its origin: $ENV_VAR, the checkout's build output,
+    the installed file (the first that exists is used; see scxctl/bpf/object.py)."""
     out: list[tuple[str, Path]] = []
-    env = os.environ.get(PYLAND_OBJECT_ENV)
+    env = os.environ.get(env_var)
     if env:
-        out.append((f"${PYLAND_OBJECT_ENV}", Path(env)))
+        out.append((f"${env_var}", Path(env)))
     root = source_root()
     if root is not None:
-        out.append(("checkout", root / "bpf" / "build" / "pyland.bpf.o"))
-    out.append(("installed", Path(PYLAND_OBJECT_INSTALLED)))
+        out.append(("checkout", root / checkout_rel))
+    out.append(("installed", Path(installed)))
     return out
+
+
+def pyland_object_candidates() -> list[tuple[str, Path]]:
+    """$SCXCTL_BPF_OBJECT, the checkout's bpf/build/pyland.bpf.o, the installed object."""
+    return _built_candidates(PYLAND_OBJECT_ENV, "bpf/build/pyland.bpf.o", PYLAND_OBJECT_INSTALLED)
 
 
 BENCH_WORKER_ENV = "SCXCTL_BENCH_WORKER"
@@ -117,14 +122,6 @@ BENCH_WORKER_INSTALLED = "/usr/lib/scxctl/scxctl-bench-worker"
 
 
 def bench_worker_candidates() -> list[tuple[str, Path]]:
-    """Where `scxctl bench`'s native worker may be, searched like the BPF object:
-    $SCXCTL_BENCH_WORKER, the checkout's native/build/scxctl-bench-worker, the installed one."""
-    out: list[tuple[str, Path]] = []
-    env = os.environ.get(BENCH_WORKER_ENV)
-    if env:
-        out.append((f"${BENCH_WORKER_ENV}", Path(env)))
-    root = source_root()
-    if root is not None:
-        out.append(("checkout", root / "native" / "build" / "scxctl-bench-worker"))
-    out.append(("installed", Path(BENCH_WORKER_INSTALLED)))
-    return out
+    """`scxctl bench`'s native worker, searched like the BPF object: $SCXCTL_BENCH_WORKER, the
+    checkout's native/build/scxctl-bench-worker, the installed one."""
+    return _built_candidates(BENCH_WORKER_ENV, "native/build/scxctl-bench-worker", BENCH_WORKER_INSTALLED)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from scxctl import paths
 from scxctl.bpf.buildinfo import SECTION, BuildInfo, ElfError, read_buildinfo, source_hash
@@ -52,6 +53,20 @@ class ObjectVerdict:
         if self.chosen is None or self.sources_hash is None:
             return None
         return self.chosen.info is not None and self.chosen.info.source_hash == self.sources_hash
+
+    def details(self) -> dict[str, Any]:
+        """The verdict as doctor's JSON details (the same keys for every checked artifact)."""
+        return {
+            "candidates": [
+                {"origin": c.origin, "path": str(c.path), "exists": c.exists,
+                 "source_hash": c.info.source_hash if c.info else None,
+                 "built_at": c.info.built_at if c.info else None, "error": c.error}
+                for c in self.candidates
+            ],
+            "sources_hash": self.sources_hash,
+            "chosen": str(self.chosen.path) if self.chosen else None,
+            "fresh": self.fresh,
+        }
 
     @property
     def conflicting(self) -> list[Candidate]:

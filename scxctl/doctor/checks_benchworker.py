@@ -10,7 +10,6 @@ than fails: the verdict about running schedulers stays true.
 from __future__ import annotations
 
 import subprocess
-from typing import Any
 
 from scxctl.bench import worker
 from scxctl.doctor.model import CheckResult, DoctorContext, Status, check, result
@@ -38,16 +37,7 @@ def _runs(path: str) -> str | None:
 @check(CID, "bench worker")
 def bench_worker(ctx: DoctorContext) -> CheckResult:
     v = worker.inspect()
-    details: dict[str, Any] = {
-        "candidates": [
-            {"origin": c.origin, "path": str(c.path), "exists": c.exists,
-             "source_hash": c.info.source_hash if c.info else None, "error": c.error}
-            for c in v.candidates
-        ],
-        "sources_hash": v.sources_hash,
-        "chosen": str(v.chosen.path) if v.chosen else None,
-        "fresh": v.fresh,
-    }
+    details = v.details()
     if v.chosen is None:
         looked = ", ".join(str(c.path) for c in v.candidates)
         return result(CID, Status.WARN, f"scxctl bench cannot run: no worker (looked at {looked})",

@@ -66,17 +66,7 @@ def _skipped(reason: str) -> dict[str, Any]:
 @check(CID, "pyland BPF object")
 def bpf_object(ctx: DoctorContext) -> CheckResult:
     v = bpfobject.inspect()
-    details: dict[str, Any] = {
-        "candidates": [
-            {"origin": c.origin, "path": str(c.path), "exists": c.exists,
-             "source_hash": c.info.source_hash if c.info else None,
-             "built_at": c.info.built_at if c.info else None, "error": c.error}
-            for c in v.candidates
-        ],
-        "sources_hash": v.sources_hash,
-        "chosen": str(v.chosen.path) if v.chosen else None,
-        "fresh": v.fresh,
-    }
+    details = v.details()
     if v.chosen is None:
         looked = ", ".join(str(c.path) for c in v.candidates)
         return result(CID, Status.FAIL, f"no pyland BPF object (looked at {looked})", _BUILD_HINT, **details,
