@@ -31,6 +31,10 @@ REF_ROUND_TRIPS = 5000  # as many as the bench's floor
 # for the bench, flipping between runs a second apart), so the floor is compared as the median of
 # several runs, alternated with the plain C ping-pong's, under the scheduler of the phase.
 FLOOR_PAIRS = 5
+# Under the default scheduler the fast-wake percentiles move between runs a minute apart (the
+# reference's own p90 was 68, 78 and 115 us in three boots): they are compared as medians over the
+# main comparison and ALT_PAIRS alternated runs of the bench and the reference.
+ALT_PAIRS = 3
 
 GUEST_SCRIPT = f"""
 set -u
@@ -56,6 +60,11 @@ for t in adaptive-priority fairness; do
     scxctl bench $t --compare default,pyland {TIMES} --output /results/$t.json \
         >/results/$t.txt 2>/results/$t.err
     echo $? >/results/$t.rc
+done
+for i in $(seq {ALT_PAIRS}); do  # under the default scheduler, alternated
+    $REF adaptive 0 {REF_ADAPTIVE_S} >/results/alt-ref-$i.json 2>>/results/ref.err
+    scxctl bench adaptive-priority {TIMES} --output /results/alt-bench-$i.json \
+        >/dev/null 2>>/results/ref.err
 done
 python3 - <<'PY'
 import signal, subprocess, time
@@ -198,30 +207,39 @@ def test_the_reference_ran_under_pyland(guest: Any) -> None:
     assert _read(guest, "ref-pyland-ops.txt").strip() == "pyland", _read(guest, "ref-pyland-run.log")[-1500:]
 
 
+def _fast_p90s(guest: Any, scheduler: str) -> tuple[list[float], list[float]]:
+    """(bench, reference) fast-wake p90s: the main comparison's, and for the default scheduler
+    also every alternated pair's."""
+    bench = [_run(_report(guest, "adaptive-priority"), scheduler)["tests"][0]["final"]["fast"]["p90_ns"]]
+    ref = [_ref(guest, scheduler, "adaptive")["fast"]["p90_ns"]]
+    if scheduler == "default":
+        for i in range(1, ALT_PAIRS + 1):
+            alt = json.loads(_read(guest, f"alt-bench-{i}.json"))
+            bench.append(alt["runs"][0]["tests"][0]["final"]["fast"]["p90_ns"])
+            ref.append(json.loads(_read(guest, f"alt-ref-{i}.json"))["fast"]["p90_ns"])
+    return bench, ref
+
+
 @pytest.mark.parametrize("scheduler", ["default", "pyland"])
 def test_fast_wake_p90_is_within_2x_of_the_native_reference(guest: Any, scheduler: str) -> None:
-    report = _report(guest, "adaptive-priority")
-    mine = _run(report, scheduler)["tests"][0]["final"]["fast"]
-    ref = _ref(guest, scheduler, "adaptive")["fast"]
-    ratio = mine["p90_ns"] / ref["p90_ns"]
-    print(f"\n{scheduler}: fast-wake p90 bench {mine['p90_ns']:.0f} ns (n={mine['count']}), "
-          f"reference {ref['p90_ns']} ns (n={ref['count']}): {ratio:.2f}x")
-    assert 0.5 <= ratio <= 2.0, _figures(report)
+    bench, ref = _fast_p90s(guest, scheduler)
+    ratio = statistics.median(bench) / statistics.median(ref)
+    print(f"\n{scheduler}: fast-wake p90 bench {[round(v) for v in bench]} ns, reference "
+          f"{[round(v) for v in ref]} ns: medians {ratio:.2f}x")
+    assert 0.5 <= ratio <= 2.0, _figures(_report(guest, "adaptive-priority"))
 
 
-@pytest.mark.parametrize("scheduler", ["default", "pyland"])
-def test_adaptive_verdict_agrees_with_the_native_reference(guest: Any, scheduler: str) -> None:
+def test_pyland_verdict_agrees_with_the_native_reference(guest: Any) -> None:
+    """pyland's ratio rests on hundreds of slow wake-ups in both implementations. The default
+    scheduler's does not (its controller preempts the slow worker before it sleeps: 10-60 slow
+    samples, a p90 that is the third-largest of them), so its verdict flips between runs of either
+    implementation, and the percentiles above are the comparison there."""
     report = _report(guest, "adaptive-priority")
-    t = _run(report, scheduler)["tests"][0]
-    ref = _ref(guest, scheduler, "adaptive")
-    print(f"\n{scheduler}: adaptive_priority bench {t['metric']} (slow n={t['final']['slow']['count']}), "
+    t = _run(report, "pyland")["tests"][0]
+    ref = _ref(guest, "pyland", "adaptive")
+    print(f"\npyland: adaptive_priority bench {t['metric']} (slow n={t['final']['slow']['count']}), "
           f"reference {ref['metric']} (slow n={ref['slow']['count']})")
-    if scheduler == "default" and min(t["final"]["slow"]["count"], ref["slow"]["count"]) < 20:
-        # the default scheduler rarely lets a slow worker sleep (its controller preempts it first),
-        # so its ratio rests on a handful of slow samples in both implementations: a coin toss
-        # around 0.5 between boots. The fast-wake percentiles above are the comparison there.
-        assert t["final"]["fast"]["count"] >= 20 and ref["fast"]["count"] >= 20, _figures(report)
-        return
+    assert min(t["final"]["slow"]["count"], ref["slow"]["count"]) >= 20, _figures(report)
     assert (t["metric"] < 0.5) == (ref["metric"] < 0.5), _figures(report)
 
 
