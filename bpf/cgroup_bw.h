@@ -167,7 +167,7 @@ static __always_inline bool bw_task_throttled(struct task_struct *p)
 
 	if (!bw_active() || !(tctx = lookup_task_ctx(p)))
 		return false;
-	return bw_throttled(tctx, bpf_ktime_get_ns()) != NULL;
+	return bw_throttled_id(tctx, bpf_ktime_get_ns()) != 0;
 }
 
 /* Charge `delta` ns of the task's CPU time to every cgroup of its chain that has a quota. */
