@@ -50,7 +50,6 @@ char _license[] SEC("license") = "GPL";
 #define NR_QUEUED_RECORDS	4096
 #define RESCUE_PERIOD_NS	(20ULL * 1000 * 1000)
 #define RESCUE_SCAN_MAX		32
-#define RESCUE_MAX		1
 /* pending work without a record consumed for this many policy budgets stops pyland (heartbeat) */
 #define PROGRESS_BUDGETS	10
 /* cpu.max: the cgroups charged for a task, its own and its nearest ancestors (cgroup_bw.h) */
@@ -717,8 +716,8 @@ out:
  * Starvation rescue. The DSQs are ordered by the policy's deadlines, and a policy may keep giving
  * newcomers earlier deadlines than a waiting task (a flood of boosted, preempting wake-ups against
  * a CPU hog did exactly that in the VM: stress-ng-cpu ejected with ERROR_STALL after 6.8 s). Every
- * RESCUE_PERIOD_NS one dispatch scans up to RESCUE_SCAN_MAX tasks from the tail of a DSQ and runs up to
- * RESCUE_MAX that have waited starve_ns, so the policy's ordering cannot turn into a watchdog ejection.
+ * RESCUE_PERIOD_NS one dispatch scans up to RESCUE_SCAN_MAX tasks from the tail of a DSQ and runs the
+ * first that has waited starve_ns, so the policy's ordering cannot turn into a watchdog ejection.
  * A rescued task goes to the head of the local DSQ: at its tail, a stream of granted wake-ups
  * inserted at the head would keep it waiting still.
  *
@@ -731,12 +730,17 @@ static int rescue_starved(u64 dsq_id, u64 now, s32 this_cpu)
 {
 	struct bpf_iter_scx_dsq it;
 	struct task_struct *p;
-	int scanned = 0, rescued = 0;
+	int i, rescued = 0;
 
 	pyl_iter_dsq_new(&it, dsq_id, pyl_dsq_iter_rev());
-	while ((p = bpf_iter_scx_dsq_next(&it))) {
-		struct task_ctx *tctx = lookup_task_ctx(p);
+	/* bpf_for bounds the scan for the verifier's sake: see bw_release_held */
+	bpf_for(i, 0, RESCUE_SCAN_MAX) {
+		struct task_ctx *tctx;
 
+		p = bpf_iter_scx_dsq_next(&it);
+		if (!p)
+			break;
+		tctx = lookup_task_ctx(p);
 		/*
 		 * Only to a CPU the task may use: moving it to a local DSQ it is not allowed on (or while
 		 * it is migration-disabled) is a scheduler error the kernel ejects us for.
@@ -746,11 +750,9 @@ static int rescue_starved(u64 dsq_id, u64 now, s32 this_cpu)
 		    (!bpf_core_field_exists(p->migration_disabled) || !BPF_CORE_READ(p, migration_disabled)) &&
 		    pyl_dsq_move(&it, p, SCX_DSQ_LOCAL, SCX_ENQ_HEAD)) {
 			__sync_fetch_and_add(&shared.nr_rescued, 1);
-			if (++rescued >= RESCUE_MAX)
-				break;
-		}
-		if (++scanned >= RESCUE_SCAN_MAX)
+			rescued = 1;	/* one per dispatch: it runs next on this CPU */
 			break;
+		}
 	}
 	bpf_iter_scx_dsq_destroy(&it);
 	return rescued;

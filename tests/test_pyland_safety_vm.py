@@ -9,8 +9,8 @@ Every test asserts the counter or the message that proves its path ran:
   (exit 8, "no progress");
 - stale decisions, the starvation rescue, and decisions with an impossible CPU and an oversized
   slice (nr_stale, nr_rescued, nr_malformed, nr_clamped, nr_bounced);
-- CPU hotplug: cpu1 offline then online under stress: enabled again within 10 s of each
-  unregistration (5 s is the aim; TCG's spread is in the test), the same process, two restarts;
+- CPU hotplug: cpu1 offline then online under stress: enabled again within 5 s of each
+  unregistration, the same process, two restarts;
 - an object configured without the scheduler's TGID refuses to run (ops.init fails);
 - overload: a slow policy under a thousand waking threads fills a small queued ring (nr_ring_full),
   or passes the backlog limit (nr_backlog); BPF places those tasks and pyland stays attached.
@@ -342,10 +342,10 @@ def test_cpu_hotplug_restarts_pyland_in_the_same_process(guest: Path) -> None:
         if e.get("event") == "pyland detached" and e.get("reason") == "kernel":
             enabled = next(x for x in events[i:] if x.get("event") == "pyland enabled")
             gaps.append((_when(enabled) - _when(e)).total_seconds())
-    # 10 s, not the 5 s aimed for: with the CPU going offline under this load, single-threaded TCG
-    # took up to 4.8 s only to load the object again, and the whole gap ran from 1.5 to 5.8 s over
-    # four restarts. A restart that hangs, or loops, still fails here.
-    assert len(gaps) == 2 and all(g < 10.0 for g in gaps), (gaps, log[-3000:])
+    # Most of a gap is loading the object again on the one CPU left, beside the stress load: 1.2 to
+    # 2.2 s since the verifier's walk of ops.dispatch shrank (load_ms in the "pyland enabled" event
+    # says which part grew when this fails); gaps of 1.4 and 2.5 s in the run that set this bound.
+    assert len(gaps) == 2 and all(g < 5.0 for g in gaps), (gaps, log[-3000:])
     restarts = [e for e in events if e.get("event") == "pyland restarting"]
     assert len(restarts) == 2, log[-3000:]
     assert all("going offline" in e["reason"] or "coming online" in e["reason"] or "online" in e["reason"]
