@@ -7,6 +7,7 @@ malformed and unreadable files without touching the machine.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -188,14 +189,26 @@ def sched_ext_ops_members(sysroot: SysRoot | None = None) -> tuple[str, ...] | N
     """The members of the running kernel's struct sched_ext_ops, from its BTF: which callbacks it
     can call. Empty when the BTF has no such struct (no sched_ext); None when it is missing or
     unreadable."""
-    from scxctl.btf import Btf, BTFError, Kind
-
-    sr = sysroot or SysRoot()
+    path = (sysroot or SysRoot()).path(VMLINUX_BTF)
     try:
-        ops = Btf(sr.read_bytes(VMLINUX_BTF)).find(Kind.STRUCT, "sched_ext_ops")
-    except (OSError, BTFError):
+        st = path.stat()
+    except OSError:
         return None
-    return ops.members if ops is not None else ()
+    return _struct_members(str(path), st.st_size, st.st_mtime_ns, "sched_ext_ops")
+
+
+@functools.lru_cache(maxsize=8)
+def _struct_members(path: str, size: int, mtime_ns: int, name: str) -> tuple[str, ...] | None:
+    """Cached by the file's identity: the kernel's BTF only changes with a reboot, and pyland asks
+    again on every restart the kernel requests (e.g. at each CPU hotplug)."""
+    from scxctl.bpf.errors import BpfError
+    from scxctl.bpf.libbpf import btf_struct_members
+
+    try:
+        members = btf_struct_members(Path(path), name)
+    except (OSError, BpfError):
+        return None
+    return members if members is not None else ()
 
 
 def sysrq_reset_sched_ext(sysroot: SysRoot | None = None) -> None:

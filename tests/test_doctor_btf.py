@@ -310,3 +310,34 @@ def test_check_needs_no_libbpf_so_the_verdict_keeps_the_kernel_apart(tmp_path: P
     verdict = rows["verdict"]
     assert verdict["finding"].startswith("the kernel supports sched_ext, but pyland cannot run here")
     assert (verdict["details"]["can_run_sched_ext"], verdict["details"]["can_run_pyland"]) == (True, False)
+
+
+# libbpf's parser (scxctl.bpf.libbpf.btf_struct_members), which pyland's loader asks instead of the
+# Python reader for speed, checked against the Python reader on the same blobs
+
+
+@pytest.mark.skipif(not VMLINUX.exists(), reason="this kernel exposes no /sys/kernel/btf/vmlinux")
+def test_libbpf_and_python_readers_agree_on_the_kernels_structs() -> None:
+    from scxctl.bpf.libbpf import btf_struct_members
+
+    for name in ("task_struct", "rq", "cgroup"):
+        mine = find_struct(VMLINUX.read_bytes(), name)
+        assert mine is not None
+        assert btf_struct_members(VMLINUX, name) == mine.members
+
+
+def test_libbpf_reader_on_hand_built_blobs(tmp_path: Path) -> None:
+    from scxctl.bpf.errors import BpfError
+    from scxctl.bpf.libbpf import btf_struct_members
+
+    with_ops, without = tmp_path / "with_ops", tmp_path / "without"
+    with_ops.write_bytes(every_kind_btf(with_ops=True))
+    without.write_bytes(every_kind_btf(with_ops=False))
+    assert btf_struct_members(with_ops, "sched_ext_ops") == SCHED_EXT_OPS_MEMBERS
+    assert btf_struct_members(without, "sched_ext_ops") is None
+    garbage = tmp_path / "garbage"
+    garbage.write_bytes(b"\x9f\xeb" + bytes(40))
+    with pytest.raises(BpfError):
+        btf_struct_members(garbage, "sched_ext_ops")
+    with pytest.raises(OSError):
+        btf_struct_members(tmp_path / "missing", "sched_ext_ops")

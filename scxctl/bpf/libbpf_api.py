@@ -123,6 +123,8 @@ _PROTOTYPES: dict[str, tuple[Any, list[Any]]] = {
     "bpf_map_get_next_key": (_I, [_I, _P, _P]),
     "bpf_map_lookup_elem": (_I, [_I, _P, _P]),
     "bpf_object__btf": (_P, [_P]),
+    "btf__parse": (_P, [_S, _P]),
+    "btf__free": (None, [_P]),
     "btf__find_by_name_kind": (_I, [_P, _S, _U32]),
     "btf__type_by_id": (_P, [_P, _U32]),
     "btf__name_by_offset": (_S, [_P, _U32]),
