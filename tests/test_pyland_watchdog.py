@@ -83,6 +83,32 @@ def test_a_policy_within_its_budget_is_left_alone() -> None:
     assert detached == [] and wd.report is None
 
 
+def test_a_stamp_already_old_when_first_seen_counts_one_period_of_its_age() -> None:
+    """Both threads off-CPU for seconds (a CPU going offline): the stamp the watchdog then finds is
+    old, but the policy did not run all that time. It is charged one period of it, no more."""
+    budget_ns = 200_000_000  # period 50 ms: room for a loaded host's late wake-ups
+    c = counters()
+    detached: list[float] = []
+    wd = PolicyWatchdog(c, budget_ns, "late", __file__, lambda: detached.append(time.monotonic()))
+    c[POLICY_SINCE] = time.monotonic_ns() - 2_000_000_000
+    wd.start()
+    time.sleep(0.06)  # the watchdog looked once (or twice): 50 + 10 ms of 200 counted
+    c[POLICY_SINCE] = 0
+    time.sleep(0.1)
+    assert detached == [] and wd.report is None
+    # the same kind of stamp, never cleared: a stuck policy, caught one budget after the first look
+    t0 = time.monotonic()
+    c[POLICY_SINCE] = time.monotonic_ns() - 2_000_000_000
+    try:
+        with pytest.raises(PolicyStuck):  # the watchdog interrupts this thread, the "policy"
+            while time.monotonic() < t0 + 2.0:
+                pass
+    finally:
+        wd.stop()
+    assert len(detached) == 1 and 0.1 <= detached[0] - t0 < 1.0
+    assert wd.report is not None and wd.report.overrun_ns > 2_000_000_000
+
+
 def test_a_policy_that_swallows_the_interruption_ends_the_process() -> None:
     script = textwrap.dedent(f"""
         import sys, time

@@ -139,17 +139,25 @@ class PolicyWatchdog:
 
     def _run(self) -> None:
         period = max(self.budget_ns / 4 / 1e9, MIN_PERIOD_S)
+        period_ns = int(period * 1e9)
         counters = self.counters
-        seen, delay0 = 0, 0  # the stamp being watched, and the main thread's run_delay when first seen
+        # the stamp being watched; when this thread first saw it, the main thread's run_delay then,
+        # and how much of the stamp's age at that moment is counted
+        seen, seen_at, delay0, before = 0, 0, 0, 0
         while not self._stop.wait(period):
             since = counters[POLICY_SINCE]
             if not since:
                 continue
+            now = time.monotonic_ns()
             delay = run_delay_ns(self._main_tid)
             if since != seen:
-                seen, delay0 = since, delay or 0
+                # What the main thread did before this first look is unknown: this thread too may
+                # have been off-CPU for long (a CPU going offline stalled both for 300 ms under
+                # TCG), so the stamp's age then may be mostly waiting. Count at most one period of
+                # it: what a stamp can age between two timely looks.
+                seen, seen_at, delay0, before = since, now, delay or 0, min(now - since, period_ns)
             waited = delay - delay0 if delay is not None else 0
-            if time.monotonic_ns() - since - waited > self.budget_ns:
+            if before + (now - seen_at) - waited > self.budget_ns:
                 self._trip(since)
                 return
 
