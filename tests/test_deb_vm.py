@@ -100,9 +100,11 @@ quota_run() {
     systemd-run --wait -p CPUQuota=20% --unit=quota-$1 \
         sh -c 'for i in 1 2; do timeout 10 sh -c "while :; do :; done" & done; wait' >$R/quota_$1.out 2>&1 &
     local q=$!
-    sleep 6
-    scxctl status --json >$R/quota_$1_status.json 2>&1
+    # both reads well inside the unit's 10 s: each status costs seconds of Python start-up under
+    # TCG, and the unit's cgroup (with its row in pyland's snapshot) goes when its loops end
+    sleep 3
     scxctl status >$R/quota_$1_status.txt 2>&1
+    scxctl status --json >$R/quota_$1_status.json 2>&1
     wait $q
 }
 quota_run pyland

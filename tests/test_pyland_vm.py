@@ -171,8 +171,9 @@ def test_stress_mix_runs_30s_without_ejection(guest: Path) -> None:
     # one still reaches Python, whose decision for it only renews the grant
     assert last["nr_direct_wakes"] > 0
     assert 0 < last["nr_wake_updates"] <= last["nr_direct_wakes"]
-    # their records went out without waking the loop, and were read all the same
-    assert 0 < last["nr_quiet"] <= last["nr_direct_wakes"]
+    # their records went out without waking the loop, and were read all the same; so did the
+    # records of tasks whose first enqueue BPF placed itself (forks), the other quiet kind
+    assert 0 < last["nr_quiet"] <= last["nr_direct_wakes"] + last["nr_new_direct"]
     # a quiet record waits at most for the loop's 100 ms idle poll: all that was queued at the
     # previous stats line has been read by the last one
     assert last["consumed"] >= stats[-2]["nr_queued"]
