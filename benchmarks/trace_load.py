@@ -11,8 +11,9 @@ the load's own clock must hold the wake-up and the syscalls around it, not an in
 This module only starts the binary and passes its result on (stdlib only: it also runs in the guest).
 
 Prints one JSON object: wakeups, round_trips (pingpong), rate_per_s, p50_ns/p90_ns (and mean_ns for
-sleep) of the latencies the load's own clock saw. `--cgroup DIR` moves the load into that cgroup v2
-directory first.
+sleep) of the latencies the load's own clock saw, and runs/run_delay_ns: the kernel's scheduler
+statistics of the load's threads over the same window (waits for a CPU, and their total). `--cgroup
+DIR` moves the load into that cgroup v2 directory first.
 
 Usage: python3 -m benchmarks.trace_load {pingpong,sleep} --name NAME --seconds S [--period-us P]
        [--cgroup DIR]

@@ -82,14 +82,36 @@ def test_log2_rows_sum_to_the_total_and_span_the_used_range() -> None:
     assert all(hi == 2 * lo for lo, hi, _ in rows if lo >= 2)
 
 
-def test_interval_is_the_difference_of_cumulative_reads() -> None:
+def _two_reads() -> tuple[Histogram, Histogram]:
+    """Two cumulative reads of one group: 100 and 200 ns, then 300 and 5000 ns more."""
     a, b = Histogram(), Histogram()
     for v in (100, 200):
         a.add(v)
     for v in (100, 200, 300, 5000):
         b.add(v)
+    return a, b
+
+
+def test_interval_is_the_difference_of_cumulative_reads() -> None:
+    a, b = _two_reads()
     d = wakeup.interval_hists([b], [a])[0]
     assert d.total == 2 and d.counts[slot_of(5000)] == 1
+
+
+def test_mean_is_exact_from_the_kernels_sum_and_follows_intervals() -> None:
+    a, b = _two_reads()
+    assert b.mean_ns() == 5600 / 4  # the midpoint estimate would not land on it
+    d = wakeup.interval_hists([b], [a])[0]
+    assert (d.sum_ns, d.mean_ns()) == (5300, 2650)
+    assert a.merged(b).sum_ns == 5900
+    # without a sum (a kernel-side reader that kept none) the midpoints still give an estimate
+    est = Histogram(b.counts, b.max_ns).mean_ns()
+    assert est is not None and abs(est - 1400) < 0.25 * 1400
+
+
+def test_the_program_sums_each_groups_delays() -> None:
+    text = wakeup.program(wakeup.Selector(comms=("a", "b")))
+    assert "BPF_ARRAY(sumv, u64, GROUPS);" in text and "__sync_fetch_and_add(sum, d);" in text
 
 
 def test_text_rendering_scales_bars_to_the_fullest_row() -> None:

@@ -13,6 +13,11 @@
  * returned. sleep: one process named NAME, pinned to the first CPU, 1 ns timer slack, sleeping P
  * microseconds (default 1000) in a loop; every sleep is a wake-up, timed as the oversleep.
  *
+ * Both also report the kernel's own account of the same delays, from its scheduler statistics
+ * (/proc/thread-self/schedstat, summed over the load's threads): `runs`, the times a thread got a
+ * CPU after waiting for one, and `run_delay_ns`, the time it waited, woken or preempted alike, which
+ * is what `scxctl trace wakeup` measures (its mean is run_delay_ns / runs).
+ *
  * `--cgroup DIR` moves the process into that cgroup v2 directory before anything is forked. Prints
  * one JSON object on stdout; an error prints "wake-load: MESSAGE" on stderr and exits 1.
  */
@@ -80,11 +85,51 @@ struct sem {
 	int64_t *samples;          /* MAX_SAMPLES slots in the shared mapping */
 } __attribute__((aligned(64)));
 
+/* The scheduler's statistics of the calling thread: time waited for a CPU, times it got one. */
+struct sched_account {
+	int64_t run_delay_ns;
+	int64_t runs;
+};
+
+static struct sched_account sched_account(void)
+{
+	struct sched_account a = { -1, -1 };
+	long long cpu, delay, runs;
+	FILE *f = fopen("/proc/thread-self/schedstat", "re");
+
+	if (f && fscanf(f, "%lld %lld %lld", &cpu, &delay, &runs) == 3) {
+		a.run_delay_ns = delay;
+		a.runs = runs;
+	}
+	if (f)
+		fclose(f);
+	return a; /* -1: no CONFIG_SCHED_INFO; reported as null */
+}
+
+static struct sched_account sched_since(struct sched_account before)
+{
+	struct sched_account now = sched_account();
+
+	if (before.runs < 0 || now.runs < 0)
+		return (struct sched_account){ -1, -1 };
+	return (struct sched_account){ now.run_delay_ns - before.run_delay_ns, now.runs - before.runs };
+}
+
+static void print_account(struct sched_account a)
+{
+	if (a.runs < 0)
+		printf(", \"runs\": null, \"run_delay_ns\": null");
+	else
+		printf(", \"runs\": %lld, \"run_delay_ns\": %lld", (long long)a.runs,
+		       (long long)a.run_delay_ns);
+}
+
 /* What A and B share: one anonymous MAP_SHARED mapping, created before the fork. */
 struct shared {
 	struct sem ping; /* A -> B */
 	struct sem pong; /* B -> A */
 	_Atomic int stop;
+	struct sched_account b_account; /* B's, written before it exits */
 	char error[256]; /* B's reason, when it exits 1 */
 };
 
@@ -228,6 +273,8 @@ static void join_cgroup(const char *dir)
 /* B: answer every ping with a pong until the stop flag comes with a ping. */
 static void __attribute__((noreturn)) partner(struct shared *sh, int cpu, pid_t parent)
 {
+	struct sched_account start;
+
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) || getppid() != parent)
 		_exit(1); /* A is gone already (or the request failed): nobody to answer */
 	if (pin(cpu)) {
@@ -235,12 +282,14 @@ static void __attribute__((noreturn)) partner(struct shared *sh, int cpu, pid_t 
 			 strerror(errno));
 		_exit(1);
 	}
+	start = sched_account();
 	for (;;) {
 		sem_wait(&sh->ping, NULL);
 		if (atomic_load_explicit(&sh->stop, memory_order_acquire))
 			break;
 		sem_post(&sh->pong);
 	}
+	sh->b_account = sched_since(start); /* A reads it after waitpid */
 	_exit(0);
 }
 
@@ -257,6 +306,7 @@ static int pingpong(const char *name, double seconds)
 {
 	const struct timespec tick = { .tv_sec = 1 };
 	size_t bytes = 2 * (size_t)MAX_SAMPLES * sizeof(int64_t);
+	struct sched_account mine, start;
 	struct shared *sh;
 	int64_t *store, *all, t0, end, elapsed;
 	uint64_t n = 0;
@@ -288,6 +338,7 @@ static int pingpong(const char *name, double seconds)
 		die("pinning to CPU %d: %s", cpu_a, strerror(err));
 	}
 
+	start = sched_account();
 	t0 = now_ns();
 	end = t0 + (int64_t)(seconds * 1e9);
 	while (now_ns() < end) {
@@ -303,6 +354,7 @@ static int pingpong(const char *name, double seconds)
 	sem_post(&sh->ping);
 	if (waitpid(b, &status, 0) != b)
 		die("waitpid: %s", strerror(errno));
+	mine = sched_since(start);
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
 		partner_died(sh, status);
 	atomic_thread_fence(memory_order_acquire); /* B's counts and samples */
@@ -323,6 +375,13 @@ static int pingpong(const char *name, double seconds)
 	print_pct("p50_ns", all, kept, 0.5);
 	printf(", ");
 	print_pct("p90_ns", all, kept, 0.9);
+	if (mine.runs >= 0 && sh->b_account.runs >= 0) {
+		mine.runs += sh->b_account.runs;
+		mine.run_delay_ns += sh->b_account.run_delay_ns;
+	} else {
+		mine.runs = -1;
+	}
+	print_account(mine);
 	printf(", \"samples\": %zu}\n", kept);
 	finish_output();
 	free(all);
@@ -348,6 +407,7 @@ static int sleeper(const char *name, double seconds, int64_t period_ns)
 	struct timespec period = { .tv_sec = period_ns / 1000000000LL,
 				   .tv_nsec = period_ns % 1000000000LL };
 	int64_t *samples = NULL, end;
+	struct sched_account start;
 	size_t n = 0, cap = 0;
 	uint64_t wakeups = 0;
 	long long sum = 0;
@@ -360,6 +420,7 @@ static int sleeper(const char *name, double seconds, int64_t period_ns)
 	if (prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0))
 		die("prctl(PR_SET_TIMERSLACK): %s", strerror(errno));
 
+	start = sched_account();
 	end = now_ns() + (int64_t)(seconds * 1e9);
 	while (now_ns() < end) {
 		struct timespec left = period;
@@ -389,6 +450,8 @@ static int sleeper(const char *name, double seconds, int64_t period_ns)
 			sum += late;
 		}
 	}
+	struct sched_account mine = sched_since(start);
+
 	if (n)
 		qsort(samples, n, sizeof(*samples), cmp_i64);
 
@@ -401,6 +464,7 @@ static int sleeper(const char *name, double seconds, int64_t period_ns)
 		printf(", \"mean_ns\": %lld", round_div(sum, (long long)n));
 	else
 		printf(", \"mean_ns\": null");
+	print_account(mine);
 	printf(", \"samples\": %zu}\n", n);
 	finish_output();
 	free(samples);

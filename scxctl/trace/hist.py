@@ -38,10 +38,11 @@ def slot_bounds(slot: int) -> tuple[int, int]:
 
 @dataclass
 class Histogram:
-    """Counts per slot plus the exact maximum the kernel kept (0 when unknown)."""
+    """Counts per slot plus the exact maximum and sum the kernel kept (0 when unknown)."""
 
     counts: list[int] = field(default_factory=lambda: [0] * SLOTS)
     max_ns: int = 0
+    sum_ns: int = 0
 
     @property
     def total(self) -> int:
@@ -50,15 +51,16 @@ class Histogram:
     def add(self, ns: int, n: int = 1) -> None:
         self.counts[slot_of(ns)] += n
         self.max_ns = max(self.max_ns, ns)
+        self.sum_ns += ns * n
 
     def minus(self, earlier: Histogram) -> Histogram:
-        """The samples recorded since `earlier` (counts only; the caller supplies the interval's max)."""
+        """The samples recorded since `earlier` (the caller supplies the interval's max)."""
         counts = [max(a - b, 0) for a, b in zip(self.counts, earlier.counts, strict=True)]
-        return Histogram(counts, self.max_ns)
+        return Histogram(counts, self.max_ns, max(self.sum_ns - earlier.sum_ns, 0))
 
     def merged(self, other: Histogram) -> Histogram:
         return Histogram([a + b for a, b in zip(self.counts, other.counts, strict=True)],
-                         max(self.max_ns, other.max_ns))
+                         max(self.max_ns, other.max_ns), self.sum_ns + other.sum_ns)
 
     def percentile(self, q: float) -> float | None:
         """Estimated q-quantile in ns: linear inside the slot the rank falls in, never above max_ns."""
@@ -76,10 +78,12 @@ class Histogram:
         return float(self.max_ns) if self.max_ns else None
 
     def mean_ns(self) -> float | None:
-        """Mean from slot midpoints (an estimate, like the percentiles)."""
+        """The exact mean when the kernel summed the delays, else one from slot midpoints."""
         total = self.total
         if total == 0:
             return None
+        if self.sum_ns:
+            return self.sum_ns / total
         return sum(n * sum(slot_bounds(s)) / 2 for s, n in enumerate(self.counts) if n) / total
 
     def log2_rows(self) -> list[tuple[int, int, int]]:

@@ -4,7 +4,7 @@ Raw tracepoints: `sched_wakeup` / `sched_wakeup_new` stamp the woken task, `sche
 `prev` that stays runnable (preempted) and turns the stamp of `next` into a delay. Only tasks the
 selector wants are stamped, so the filter (tgid, comm, cgroup of the woken task, not the waker's)
 runs in BPF and unwanted tasks cost one hash lookup at switch-in. Delays go into per-group
-quarter-octave histograms (scxctl.trace.hist) with each group's maximum kept beside them; user
+quarter-octave histograms (scxctl.trace.hist) with each group's maximum and sum kept beside them; user
 space reads the arrays, never single events.
 
 The program is generated for the selector (constants, no maps to configure) and compiled by bcc at
@@ -113,6 +113,7 @@ def program(sel: Selector) -> str:
         f'BPF_TABLE("lru_hash", u32, struct stamp, start, {START_ENTRIES});',
         "BPF_ARRAY(dist, u64, SLOTS * GROUPS);",
         "BPF_ARRAY(maxv, u64, GROUPS);",
+        "BPF_ARRAY(sumv, u64, GROUPS);",
         "",
         "static __always_inline int group_of(struct task_struct *p)",
         "{",
@@ -219,6 +220,9 @@ def program(sel: Selector) -> str:
         "    u64 *cnt = dist.lookup(&idx);",
         "    if (cnt)",
         "        __sync_fetch_and_add(cnt, 1);",
+        "    u64 *sum = sumv.lookup(&g);",
+        "    if (sum)",
+        "        __sync_fetch_and_add(sum, d);",
         "    u64 *m = maxv.lookup(&g);",
         "    if (m && d > *m)",
         "        *m = d;  /* racy between CPUs: at worst a concurrent larger delay is missed */",
@@ -298,15 +302,16 @@ class WakeupTracer:
         self._peak = [0] * self.selector.groups
 
     def read(self) -> list[Histogram]:
-        dist, maxv = self._bpf["dist"], self._bpf["maxv"]
+        dist, maxv, sumv = self._bpf["dist"], self._bpf["maxv"], self._bpf["sumv"]
         counts = [int(v.value) for v in dist.values()]
+        sums = [int(v.value) for v in sumv.values()]
         out = []
         for g in range(self.selector.groups):
             key = ctypes.c_int(g)
             m = int(maxv[key].value)
             maxv[key] = ctypes.c_ulonglong(0)
             self._peak[g] = max(self._peak[g], m)
-            out.append(Histogram(counts[g * SLOTS:(g + 1) * SLOTS], m))
+            out.append(Histogram(counts[g * SLOTS:(g + 1) * SLOTS], m, sums[g]))
         return out
 
     def overall_max(self) -> list[int]:
