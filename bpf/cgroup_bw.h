@@ -28,11 +28,11 @@
 #define BW_RELEASE_SCAN_MAX	256
 #define BW_MIN_ARM_NS		(10ULL * 1000)
 /*
- * A task held this long is released even while its cgroup is throttled: the kernel's watchdog
- * ejects the scheduler when a runnable task waits timeout_ms (5 s), and a tiny quota shared by many
- * tasks (cpu.max "1000 1000000" over a hundred hogs) would make them wait longer than that.
+ * cfg.bw_max_hold_ns (2 s unless told): a task held this long is released even while its cgroup is
+ * throttled. The kernel's watchdog ejects the scheduler when a runnable task waits timeout_ms (5 s),
+ * and a tiny quota shared by many tasks (cpu.max "1000 1000000" over a hundred hogs) would make
+ * them wait longer than that.
  */
-#define BW_MAX_HOLD_NS		(2000ULL * 1000 * 1000)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -211,7 +211,7 @@ static __always_inline void bw_charge(struct task_struct *p, struct task_ctx *tc
 /*
  * Arm the release timer for `at` unless it already fires earlier. Two CPUs arming at once can
  * leave the later time armed; the release scan re-arms for whatever still waits, so a held task
- * is late by at most one of its periods, and the watchdog bound (BW_MAX_HOLD_NS) holds anyway.
+ * is late by at most one of its periods, and the watchdog bound (cfg.bw_max_hold_ns) holds anyway.
  */
 static __always_inline void bw_arm(u64 at, u64 now)
 {
@@ -277,7 +277,7 @@ static __always_inline void bw_release_held(u64 now)
 		if (!tctx)
 			continue;
 		bw = bw_throttled(tctx, now);
-		if (bw && now - tctx->bw_held_at < BW_MAX_HOLD_NS) {
+		if (bw && now - tctx->bw_held_at < cfg.bw_max_hold_ns) {
 			u64 end = bw->period_start + bw->period_ns;
 
 			if (!next || (s64)(end - next) < 0)

@@ -67,6 +67,7 @@ const volatile struct pyland_config cfg = {
 	.max_slice_ns = 20ULL * 1000 * 1000,
 	.stall_ns = 100ULL * 1000 * 1000,
 	.new_direct = 1,
+	.bw_max_hold_ns = 2000ULL * 1000 * 1000,
 };
 
 /* Counters and exit info shared with user space; the only variable in .bss (offset 0). */

@@ -98,6 +98,7 @@ struct pyland_config {
 	__u64 stall_ns;		/* policy budget: 0 off; else past it new tasks bypass the policy, and
 				 * pending work without progress for PROGRESS_BUDGETS of it stops pyland */
 	__u64 new_direct;	/* 1: a task's first enqueue is placed by BPF, the policy told quietly */
+	__u64 bw_max_hold_ns;	/* cpu.max: a task held this long is released, throttled or not */
 };
 
 /* why the scheduler left, copied from struct scx_exit_info in ops.exit */

@@ -10,6 +10,10 @@ accounting, the same under every scheduling class):
   nested   two hogs in a child (50% of a CPU) of a parent with 30%, 6 s
   change   two hogs in a cgroup whose 20% becomes 50% after 4 s, 8 s
   move     one hog in a cgroup with 10%, moved after 3 s (while throttled) to an unlimited one
+  overdue  (pyland only, --cpu-max-hold-ms 300) three hogs in a cgroup with 1 ms a second, 4 s
+  burst    spikes of 30 ms of CPU every 400 ms in two cgroups with 20 ms per period, one with a
+           cpu.max.burst of 20 ms: its credit covers every spike, the other is throttled; the
+           fair class's own cpu.stat nr_throttled is the cross-check under the default scheduler
 
 pyland's own view of the limits is the snapshot it writes for `scxctl status`.
 """
@@ -28,7 +32,7 @@ from tests.guest_files import SCENARIO_PRELUDE, read
 
 pytestmark = pytest.mark.vm
 
-LIMIT_S, NESTED_S, CHANGE_S, MOVE_S = 10, 6, 8, 8
+LIMIT_S, NESTED_S, CHANGE_S, MOVE_S, OVERDUE_S = 10, 6, 8, 8, 4
 
 SCENARIO = SCENARIO_PRELUDE + rf"""
 S=/sys/fs/cgroup
@@ -50,6 +54,33 @@ while time.monotonic() < end:
     time.sleep(max(0.0, nxt - time.monotonic()))
 print(json.dumps(out))
 PY
+}}
+spikes() {{  # spikes CGROUP: joins it once started, then 6 spikes of 30 ms of its own CPU time
+    python3 - "$S/$1/cgroup.procs" <<'PY'
+import os, sys, time
+with open(sys.argv[1], "w") as f:  # after the interpreter's start-up, which is not measured
+    f.write(str(os.getpid()))
+time.sleep(0.6)  # idle periods: the burst credit fills up
+for _ in range(6):
+    t = time.thread_time()
+    while time.thread_time() - t < 0.03:
+        pass
+    time.sleep(0.4)
+PY
+}}
+burst() {{  # burst NAME: nr_throttled of both cgroups, from the fair class and from pyland
+    local j1 j2
+    mkdir -p $S/bu $S/nb
+    echo "20000 100000" > $S/bu/cpu.max; echo 20000 > $S/bu/cpu.max.burst
+    echo "20000 100000" > $S/nb/cpu.max
+    spikes bu & j1=$!
+    spikes nb & j2=$!
+    wait $j1 $j2
+    awk '/^nr_throttled/ {{print "burst", $2}}' $S/bu/cpu.stat >$R/burst_$1.txt
+    awk '/^nr_throttled/ {{print "no_burst", $2}}' $S/nb/cpu.stat >>$R/burst_$1.txt
+    sleep 1.5  # pyland writes its snapshot once a second
+    cp /run/scxctl/pyland-cgroups.json $R/burst_$1_snapshot.json 2>/dev/null
+    rmdir $S/bu $S/nb
 }}
 phase() {{  # phase NAME: the four loads; usages in $R/NAME.txt as "key value" lines
     # every wait names its jobs: a bare `wait` would also wait for pyland, a job of this shell
@@ -83,15 +114,28 @@ phase() {{  # phase NAME: the four loads; usages in $R/NAME.txt as "key value" l
     for g in p/c p a out m mv1 mv2; do rmdir $S/$g; done
 }}
 phase default
+burst default
 scxctl --log-format json run --stats-interval 2 >"$R/pyland.log" 2>&1 &
 spid=$!
 wait_state enabled 90; echo $? >"$R/attach.rc"
 # the snapshot pyland writes for `scxctl status`, taken while the first load runs
 ( sleep $(({LIMIT_S} - 2)); cp /run/scxctl/pyland-cgroups.json "$R/snapshot.json" ) & snap=$!
 phase pyland
+burst pyland
 wait $snap
 kill -TERM $spid; wait $spid; echo $? >"$R/pyland.rc"
 ls /run/scxctl/pyland-cgroups.json >"$R/snapshot_left.txt" 2>&1
+# the hold bound, forced: 1 ms a second for three hogs keeps the cgroup throttled far longer than
+# a 300 ms bound, so held tasks go back to run while their cgroup is still out of quota
+scxctl --log-format json run --stats-interval 1 --cpu-max-hold-ms 300 >"$R/overdue.log" 2>&1 &
+spid=$!
+wait_state enabled 90; echo $? >"$R/overdue_attach.rc"
+mkdir -p $S/tiny; echo "1000 1000000" > $S/tiny/cpu.max
+hogs tiny 3 {OVERDUE_S}
+echo "state $(state)" >"$R/overdue_state.txt"
+sleep 1.5  # one more stats line after the hogs
+kill -TERM $spid; wait $spid; echo $? >"$R/overdue.rc"
+rmdir $S/tiny
 exit 0
 """
 
@@ -175,6 +219,38 @@ def test_a_task_moved_while_throttled_runs_unlimited(guest: Path) -> None:
     print(f"\nmoved out of a 10% cgroup after 3 s: {moved:.2f} s of CPU in the {MOVE_S - 3} s left "
           f"(default {_s(guest, 'default', 'moved'):.2f} s)")
     assert moved >= 0.6 * (MOVE_S - 3), _figures(guest)
+
+
+def _last_stats(log: str) -> dict[str, Any]:
+    lines = [json.loads(x) for x in log.splitlines() if x.startswith("{") and '"pyland stats"' in x]
+    assert lines, log[-2000:]
+    return lines[-1]
+
+
+def test_a_task_held_past_the_bound_runs_although_its_cgroup_is_throttled(guest: Path) -> None:
+    log = read(guest, "overdue.log")
+    assert read(guest, "overdue_attach.rc").strip() == "0", log[-2000:]
+    assert read(guest, "overdue_state.txt").strip() == "state enabled", log[-2000:]
+    assert read(guest, "overdue.rc").strip() == "0", log[-2000:]
+    forced, normal = _last_stats(log), _last_stats(read(guest, "pyland.log"))
+    print(f"\nheld past the bound: {forced['nr_bw_overdue']} with --cpu-max-hold-ms 300 and 1 ms/s; "
+          f"{normal['nr_bw_overdue']} in the other loads under the default 2 s")
+    assert forced["nr_bw_overdue"] > 0 and forced["nr_bw_held"] > 0, forced
+    assert normal["nr_bw_overdue"] == 0, normal
+
+
+def test_burst_credit_covers_spikes_the_quota_alone_does_not(guest: Path) -> None:
+    fair = _usage(guest, "burst_default")
+    snap = json.loads(read(guest, "burst_pyland_snapshot.json"))
+    rows = {r["path"]: r for r in snap["cgroups"]}
+    bu, nb = rows["/bu"], rows["/nb"]
+    print(f"\n30 ms spikes, 20 ms quota: periods throttled with 20 ms of burst / without: "
+          f"pyland {bu['nr_throttled']} / {nb['nr_throttled']}, "
+          f"default {fair['burst']} / {fair['no_burst']}")
+    # the cross-check: the fair class's own burst gives the same verdict on the same load
+    assert int(fair["burst"]) == 0 and int(fair["no_burst"]) > 0, fair
+    assert bu["burst_us"] == 20000 and nb["burst_us"] == 0, snap
+    assert bu["nr_throttled"] == 0 and nb["nr_throttled"] > 0, snap
 
 
 def test_enforcement_error_per_period(guest: Path) -> None:

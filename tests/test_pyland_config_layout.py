@@ -58,7 +58,8 @@ def test_each_run_option_reaches_the_field_of_its_name(monkeypatch: pytest.Monke
     both come from --slice-us are told apart by turning direct wake-ups off)."""
     monkeypatch.setattr(scheduler, "BpfObject", _Obj)
     opts = scheduler.RunOptions(slice_us=30_000, slice_min_us=2_000, builtin_idle=False, max_backlog=77,
-                                starve_ms=333, direct_wake=True, policy_budget_ms=44, new_direct=True)
+                                starve_ms=333, direct_wake=True, policy_budget_ms=44, new_direct=True,
+                                cpu_max_hold_ms=555)
     scheduler.open_configured(Path("pyland.bpf.o"), opts)
     got = dict(zip(CONFIG_FIELDS, CONFIG.unpack(_Obj.rodata), strict=True))
     assert got == {
@@ -72,6 +73,7 @@ def test_each_run_option_reaches_the_field_of_its_name(monkeypatch: pytest.Monke
         "max_slice_ns": 30_000_000,
         "stall_ns": 44_000_000,
         "new_direct": 1,
+        "bw_max_hold_ns": 555_000_000,
     }
     opts = scheduler.RunOptions(direct_wake=False, new_direct=False)
     scheduler.open_configured(Path("pyland.bpf.o"), opts)

@@ -25,6 +25,7 @@ _NEW_HELP = (
     "Let BPF place a task's first run (a fork) behind the running deadlines, without a round trip; "
     "the policy still sees it and decides from its next enqueue on."
 )
+MAX_HOLD_MS = 4000  # the kernel ejects a scheduler whose runnable task waited 5 s
 _PARTIAL_HELP = "Only schedule tasks that chose SCHED_EXT (policy 7); all others stay on the fair class."
 
 
@@ -65,6 +66,13 @@ def run(
                      help="A policy that does not return from decide() within MS detaches pyland "
                           "(exit 1; 0: no watchdog)."),
     ] = 100,
+    cpu_max_hold_ms: Annotated[
+        int,
+        typer.Option("--cpu-max-hold-ms", min=1, max=MAX_HOLD_MS, metavar="MS",
+                     help="A task of a cgroup out of its cpu.max quota waits at most MS, then runs "
+                          "even though its cgroup is still throttled (counted as nr_bw_overdue); "
+                          "below the kernel's 5 s watchdog."),
+    ] = 2000,
     allow_stale: Annotated[
         bool, typer.Option("--allow-stale", help="Load a BPF object whose build hash does not match bpf/.")
     ] = False,
@@ -94,7 +102,7 @@ def run(
                       slice_min_us=slice_min_us,
                       partial=partial, stats_interval=stats_interval, max_backlog=max_backlog,
                       allow_stale=allow_stale, policy_budget_ms=policy_budget_ms, ring_kib=ring_kib,
-                      object_path=bpf_object)
+                      cpu_max_hold_ms=cpu_max_hold_ms, object_path=bpf_object)
     res = run_pyland(opts)
     loop, bpf = res.loop_stats, res.bpf_stats
     typer.echo(

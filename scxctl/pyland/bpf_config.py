@@ -26,6 +26,7 @@ class PylandConfig:
     max_slice_ns: int
     stall_ns: int  # the policy budget; 0: off
     new_direct: int
+    bw_max_hold_ns: int  # cpu.max: the longest a throttled cgroup's task is held
 
     def pack(self) -> bytes:
         return CONFIG.pack(*astuple(self))

@@ -36,7 +36,7 @@ TASK = struct.Struct("=iiIIQQQIIQQ16sQQ")
 DECISION = struct.Struct("=iiQQQQQ")
 # struct pyland_config (.rodata): slice_ns, usersched_tgid, builtin_idle, timer_ns, max_backlog, starve_ns,
 # direct_wake_ns, max_slice_ns, stall_ns, new_direct
-CONFIG = struct.Struct("=QIIQQQQQQQ")
+CONFIG = struct.Struct("=QIIQQQQQQQQ")
 # struct pyland_cgroup_bw: the value of map `cgroup_bw`, whose key is the cgroup id (u64)
 CGROUP_BW_FIELDS = (
     "period_ns",
@@ -115,4 +115,4 @@ EXIT_OFFSET = 8 * len(SHARED_COUNTERS)
 EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")
 SHARED_SIZE = EXIT_OFFSET + EXIT_INFO.size
 
-assert TASK.size == 96 and DECISION.size == 48 and CONFIG.size == 72 and SHARED_SIZE == 1528
+assert TASK.size == 96 and DECISION.size == 48 and CONFIG.size == 80 and SHARED_SIZE == 1528

@@ -89,6 +89,7 @@ class RunOptions:
     direct_wake: bool = True  # latency-critical tasks (the policy's preempt) wake without a round trip
     new_direct: bool = True  # a task's first enqueue is placed by BPF; the policy is told quietly
     starve_ms: int = 1000  # a task waiting this long in a DSQ runs next, whatever its deadline
+    cpu_max_hold_ms: int = 2000  # cpu.max: a task held this long runs, its cgroup throttled or not
     allow_stale: bool = False
     policy_budget_ms: int = 100  # decide() running longer detaches pyland (0: no watchdog)
     attach_timeout: float = 10.0  # seconds for sysfs to show pyland enabled after attach
@@ -117,7 +118,8 @@ def open_configured(path: Path, opts: RunOptions, hotplug_seq: int | None = None
             slice_ns=popts.min_slice_ns, usersched_tgid=os.getpid(), builtin_idle=int(opts.builtin_idle),
             timer_ns=TIMER_NS, max_backlog=opts.max_backlog, starve_ns=opts.starve_ms * NSEC_PER_MSEC,
             direct_wake_ns=popts.slice_ns if opts.direct_wake else 0, max_slice_ns=popts.slice_ns,
-            stall_ns=opts.policy_budget_ms * NSEC_PER_MSEC, new_direct=int(opts.new_direct))
+            stall_ns=opts.policy_budget_ms * NSEC_PER_MSEC, new_direct=int(opts.new_direct),
+            bw_max_hold_ns=opts.cpu_max_hold_ms * NSEC_PER_MSEC)
         obj.set_rodata_bytes(0, config.pack())
         obj.map(OPS_MAP if opts.partial else PARTIAL_OPS_MAP).set_autocreate(False)
         members = sched_ext_ops_members(opts.sysroot)
