@@ -35,7 +35,7 @@ TASK = struct.Struct("=iiIIQQQIIQQ16sQQ")
 # struct pyland_decision: pid, cpu, flags, slice_ns, deadline, vtime, enq_cnt
 DECISION = struct.Struct("=iiQQQQQ")
 # struct pyland_config (.rodata): slice_ns, usersched_tgid, builtin_idle, timer_ns, max_backlog, starve_ns,
-# direct_wake_ns, max_slice_ns, stall_ns, new_direct
+# direct_wake_ns, max_slice_ns, stall_ns, new_direct, bw_max_hold_ns
 CONFIG = struct.Struct("=QIIQQQQQQQQ")
 # struct pyland_cgroup_bw: the value of map `cgroup_bw`, whose key is the cgroup id (u64)
 CGROUP_BW_FIELDS = (
