@@ -122,11 +122,12 @@ def test_object_defaults_separate_bpf_slice_from_user_budget() -> None:
     raw = read_section(PYLAND_OBJ, ".rodata")
     assert raw is not None
     fields = records.CONFIG.unpack(raw[: records.CONFIG.size])
-    slice_ns, tgid, idle, timer_ns, backlog, starve, direct, max_slice, stall, new_direct = fields
+    slice_ns, tgid, idle, timer_ns, backlog, starve, direct, max_slice, stall, new_direct, hold = fields
     assert (slice_ns, tgid, idle, timer_ns, backlog, starve) == (1_000_000, 0, 1, 100_000_000, 1024, 10**9)
     assert direct == max_slice == 20 * slice_ns  # one user-space budget, as RunOptions packs by default
     assert stall == 100_000_000  # the policy budget, RunOptions.policy_budget_ms
     assert new_direct == 1
+    assert hold == 2 * 10**9  # RunOptions.cpu_max_hold_ms
 
 
 def test_ops_name_and_both_struct_ops_maps_exist() -> None:
