@@ -9,12 +9,14 @@ Scenarios, in order, each leaving files under /results:
   nodirect --no-direct-wake: a futex/pipe/sleep load with no BPF-placed wake-up
   raising  a policy that raises inside decide() at runtime -> reported in one line, exit 1, detached
 The whole scenario runs twice: on the default (newest) kernel and on the oldest sched_ext kernel the
-archive still has, so one BPF object is proven at both ends of the range it supports.
+archive still has, so one BPF object is proven at both ends of the range it supports; before 6.17
+(the oldest) pyland runs without cpu.max and says so, and `scxctl doctor` agrees.
 Timing under TCG is ~10x slower than on the host: the waits below are generous, nothing is tuned to pass.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ pytestmark = pytest.mark.vm
 SCENARIO = SCENARIO_PRELUDE + r"""
 snap() { echo "state=$(state) ops=$(ops) switch_all=$(cat $SX/switch_all)" >"$R/$1.txt"; }
 uname -r >"$R/uname.txt"
+scxctl doctor --json >"$R/doctor.json" 2>"$R/doctor.err"
 
 # attach + stress + sigterm -------------------------------------------------------------------------
 scxctl --log-format json run --stats-interval 2 >"$R/run1.log" 2>&1 &
@@ -147,6 +150,31 @@ def test_the_guest_ran_the_requested_kernel(guest: Path, request: pytest.Fixture
     want = kernel.current() if spec is None else kernel.prepare(spec)
     assert want is not None
     assert read(guest, "uname.txt").strip() == want.release
+
+
+def test_cpu_max_hooks_follow_the_kernel_and_are_reported_once(
+    guest: Path, request: pytest.FixtureRequest
+) -> None:
+    """Before 6.17 sched_ext_ops has no cgroup_set_bandwidth: pyland loads without that callback
+    (libbpf would refuse one the kernel lacks) and warns once that cpu.max is not enforced."""
+    from scxctl.pyland.records import COMPAT_MISSING
+    from scxctl.pyland.records import COMPAT_NO_CGROUP_BW as no_cgroup_bw
+
+    oldest = request.node.callspec.params["guest"] == "oldest"
+    release = read(guest, "uname.txt").strip()
+    events = json_lines(read(guest, "run1.log"))
+    stats = [e for e in events if e.get("event") == "pyland stats"]
+    assert stats and all(s["compat_missing"] == (no_cgroup_bw if oldest else 0) for s in stats)
+    warned = [e for e in events if e.get("event", "").startswith("this kernel cannot give pyland")]
+    if oldest:
+        assert len(warned) == 1  # said once
+        assert warned[0]["kernel"] == release and warned[0]["missing"] == [COMPAT_MISSING[no_cgroup_bw]]
+    else:
+        assert warned == []
+    checks = {c["id"]: c for c in json.loads(read(guest, "doctor.json"))["checks"]}
+    assert checks["bpf.object"]["status"] == "ok", checks["bpf.object"]
+    assert checks["bpf.object"]["details"]["load"]["ok"] is True
+    assert checks["cgroup.bandwidth"]["details"]["kernel_hooks"] is (not oldest), checks["cgroup.bandwidth"]
 
 
 def test_attach_enables_pyland(guest: Path) -> None:

@@ -15,6 +15,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -258,6 +259,19 @@ def test_kvm_probe_interpretation() -> None:
     assert not ok and "-6" in reason
 
 
+def test_kvm_probe_stops_at_the_first_internal_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """QEMU keeps running, its guest paused, after a KVM internal error: the probe must not wait
+    out its whole timeout (45 s, which every CI run paid once per guest kernel)."""
+    fake = tmp_path / "qemu"
+    fake.write_text("#!/bin/sh\necho 'KVM internal error. Suberror: 1' >&2\nexec sleep 60\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(accel.os, "access", lambda path, mode: True)
+    t0 = time.monotonic()
+    ok, reason = accel._probe(str(fake), tmp_path / "vmlinuz")
+    assert not ok and "KVM internal error" in reason
+    assert time.monotonic() - t0 < 10
+
+
 def test_kvm_verdict_is_cached_per_key_and_env_overrides(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -276,12 +290,21 @@ def test_kvm_verdict_is_cached_per_key_and_env_overrides(
     second = accel.choose("qemu", k)
     assert (first.kvm, second.kvm) == (False, False)
     assert len(calls) == 1  # the second answer came from the cache file
-    assert json.loads((tmp_path / "kvm-probe.json").read_text())["reason"].startswith("KVM guest failed")
+    doc = json.loads((tmp_path / "kvm-probe.json").read_text())
+    assert doc["verdicts"][0]["reason"].startswith("KVM guest failed")
     accel.choose("qemu", tmp_path / "7.0-other" / "vmlinuz")
     assert len(calls) == 2  # another guest kernel is probed again
+    # back and forth between guest kernels (a test run's kernel matrix): each was probed once
+    for kernel_dir in ("6.99-test", "7.0-other", "6.99-test"):
+        accel.choose("qemu", tmp_path / kernel_dir / "vmlinuz")
+    assert len(calls) == 2
+    assert len(json.loads((tmp_path / "kvm-probe.json").read_text())["verdicts"]) == 2
+    (tmp_path / "kvm-probe.json").write_text('{"kvm": false, "reason": "old format", "key": "x"}')
+    accel.choose("qemu", k)
+    assert len(calls) == 3  # an unreadable cache is no cache, never an error
     monkeypatch.setenv("SCXCTL_VM_ACCEL", "kvm")
     assert accel.choose("qemu", k).kvm is True
-    assert len(calls) == 2
+    assert len(calls) == 3
 
 
 # ---------------------------------------------------------------- host-only: kernel, image, disk

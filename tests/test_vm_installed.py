@@ -86,6 +86,13 @@ def test_installed_runs_stage_no_working_tree(tmp_path: Path) -> None:
     assert "/opt/scxctl" not in rundisk.fstab_run("7.3.4+deb13-cloud-amd64", project=False)
 
 
+def test_fstab_binds_a_second_kernels_modules_under_its_release() -> None:
+    tab = rundisk.fstab_run("7.3.4+deb13-cloud-amd64", second="6.12.9+bpo-cloud-amd64").splitlines()
+    assert "/mnt/scxvm/kernel /lib/modules/7.3.4+deb13-cloud-amd64 none bind,X-mount.mkdir 0 0" in tab
+    assert "/mnt/scxvm/kernel2 /lib/modules/6.12.9+bpo-cloud-amd64 none bind,X-mount.mkdir 0 0" in tab
+    assert not any("kernel2" in line for line in rundisk.fstab_run("7.3.4+deb13-cloud-amd64").splitlines())
+
+
 def test_second_command_is_staged_beside_the_first(tmp_path: Path) -> None:
     one, two = tmp_path / "one", tmp_path / "two"
     rundisk.stage(one, "echo first", [], None)
@@ -94,6 +101,17 @@ def test_second_command_is_staged_beside_the_first(tmp_path: Path) -> None:
     assert (two / "cmd").read_text() == "echo first"
     assert (two / "then").read_text() == "echo second; exit 4"
     assert (two / "nonce").read_text().strip() == nonce
+
+
+def test_a_second_kernels_modules_are_staged_for_the_second_boot(tmp_path: Path) -> None:
+    mods1, mods2 = tmp_path / "m1", tmp_path / "m2"
+    for d, name in ((mods1, "new.ko"), (mods2, "old.ko")):
+        d.mkdir()
+        (d / name).write_text(name)
+    stage = tmp_path / "stage"
+    rundisk.stage(stage, "true", [], mods1, "7.3.4", then="true", second_kernel=(mods2, "6.12.9"))
+    assert (stage / "kernel" / "new.ko").exists() and (stage / "kernel2" / "old.ko").exists()
+    assert "/mnt/scxvm/kernel2 /lib/modules/6.12.9 " in (stage / "fstab.run").read_text()
 
 
 def test_guest_script_picks_the_command_by_the_root_disk_marker() -> None:
@@ -171,18 +189,22 @@ def test_boots_runs_the_second_command_after_a_clean_first(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, codes: list[int], boots: int, final: int
 ) -> None:
     seen: list[tuple[Path, float, str]] = []
+    kernels: list[Path] = []
 
     def fake_boot(m: qemu.Machine, binary: str, nonce: str, spec: runner.RunSpec, boot_timeout: float,
                   sink: object, work: Path, t0: float, grace: float = runner.SHUTDOWN_GRACE_S,
                   stderr_name: str = "qemu.stderr") -> runner.Outcome:  # fmt: skip
         seen.append((m.ctl_log, grace, stderr_name))
+        kernels.append(m.kernel)
         return _outcome(codes[len(seen) - 1])
 
     monkeypatch.setattr(runner, "_boot", fake_boot)
     m = _machine(persistent_root=True, ctl_log=tmp_path / "ctl.log")
     then = None if codes == [0] else "second"
-    out = runner._boots(m, "qemu", "n", _spec(then), 300.0, None, tmp_path, 0.0)  # type: ignore[arg-type]
+    other = Path("/k/oldest/vmlinux")
+    out = runner._boots(m, "qemu", "n", _spec(then), 300.0, None, tmp_path, 0.0, other)  # type: ignore[arg-type]
     assert out.returncode == final and len(seen) == boots
+    assert kernels == [m.kernel, other][:boots]  # the second boot boots the second kernel
     if then is not None:
         assert seen[0][1] == runner.REBOOT_GRACE_S  # the first boot shuts down in order
     if boots == 2:

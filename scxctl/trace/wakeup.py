@@ -3,9 +3,10 @@
 Raw tracepoints: `sched_wakeup` / `sched_wakeup_new` stamp the woken task, `sched_switch` stamps a
 `prev` that stays runnable (preempted) and turns the stamp of `next` into a delay. Only tasks the
 selector wants are stamped, so the filter (tgid, comm, cgroup of the woken task, not the waker's)
-runs in BPF and unwanted tasks cost one hash lookup at switch-in. Delays go into per-group
-quarter-octave histograms (scxctl.trace.hist) with each group's maximum and sum kept beside them; user
-space reads the arrays, never single events.
+runs in BPF and unwanted tasks cost one hash lookup at switch-in (the idle task none). A task's
+stamp is rewritten in place and disarmed (ts = 0) when it runs, not deleted: no allocation per
+wake-up. Delays go into per-group quarter-octave histograms (scxctl.trace.hist) with each group's
+maximum and sum kept beside them; user space reads the arrays, never single events.
 
 The program is generated for the selector (constants, no maps to configure) and compiled by bcc at
 start: with the kernel headers of the running kernel, and `-fms-extensions -Wno-microsoft-anon-tag`
@@ -32,7 +33,7 @@ from scxctl.trace.hist import SLOTS, Histogram
 CFLAGS = ("-fms-extensions", "-Wno-microsoft-anon-tag")
 COMM_LEN = 15  # TASK_COMM_LEN - 1: the kernel truncates longer names
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-START_ENTRIES = 65536  # tasks stamped and not yet run: LRU, so exited tasks age out
+START_ENTRIES = 65536  # tasks stamped so far (armed or run): LRU, so exited tasks age out
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,15 @@ def program(sel: Selector) -> str:
         "        return 0;",
         "    u32 pid = 0;",
         "    bpf_probe_read_kernel(&pid, sizeof(pid), &p->pid);",
-        "    struct stamp st = {.ts = bpf_ktime_get_ns(), .group = g};",
+        "    u64 now = bpf_ktime_get_ns();",
+        "    /* a task seen before keeps its entry: rewritten in place, no allocation per wake-up */",
+        "    struct stamp *old = start.lookup(&pid);",
+        "    if (old) {",
+        "        old->group = g;",
+        "        old->ts = now;  /* last: ts != 0 is what arms the entry */",
+        "        return 0;",
+        "    }",
+        "    struct stamp st = {.ts = now, .group = g};",
         "    start.update(&pid, &st);",
         "    return 0;",
         "}",
@@ -208,12 +217,14 @@ def program(sel: Selector) -> str:
         "        stamp(prev);",
         "    u32 pid = 0;",
         "    bpf_probe_read_kernel(&pid, sizeof(pid), &next->pid);",
+        "    if (pid == 0)  /* the idle task, never stamped: half of all switches on an idle machine */",
+        "        return 0;",
         "    struct stamp *st = start.lookup(&pid);",
-        "    if (!st)",
+        "    if (!st || !st->ts)",
         "        return 0;",
         "    u64 d = bpf_ktime_get_ns() - st->ts;",
         "    u32 g = st->group;",
-        "    start.delete(&pid);",
+        "    st->ts = 0;  /* disarmed, kept for the task's next wake-up (the LRU ages out exited ones) */",
         "    if (g >= GROUPS)",
         "        return 0;",
         "    u32 idx = g * SLOTS + slot_of(d);",

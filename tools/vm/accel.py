@@ -2,7 +2,9 @@
 
 On the development machines /dev/kvm exists but guests die early with "KVM internal error", so
 the probe boots the real guest kernel under KVM without a root disk: reaching the root-mount
-panic proves that KVM runs the kernel. The verdict is cached per host kernel, QEMU and guest kernel.
+panic proves that KVM runs the kernel; the first "KVM internal error" ends the probe at once. The
+verdicts are cached side by side, one per host kernel, QEMU and guest kernel: a test run that
+boots several guest kernels probes each once, not at every switch between them.
 $SCXCTL_VM_ACCEL=kvm|tcg overrides the probe.
 """
 
@@ -66,28 +68,30 @@ def _probe(qemu: str, kernel: Path) -> tuple[bool, str]:
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         return False, "/dev/kvm is missing or not accessible"
     with tempfile.TemporaryDirectory(prefix="scxvm-kvm-probe-") as tmp:
-        console = Path(tmp) / "console.log"
+        console, errfile = Path(tmp) / "console.log", Path(tmp) / "stderr.log"
         cmd = [
             qemu, "-machine", "q35", "-accel", "kvm", "-cpu", "host", "-smp", "1", "-m", "512M",
             "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
             "-kernel", str(kernel), "-append", "console=ttyS0 panic=-1 root=/dev/scxvm-none",
             "-chardev", f"file,id=con,path={console}", "-serial", "chardev:con",
         ]  # fmt: skip
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        with open(errfile, "w") as err:
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
         deadline = time.monotonic() + PROBE_TIMEOUT_S
         rc: int | None = None
-        stderr = ""
         while time.monotonic() < deadline:
             rc = proc.poll()
             text = console.read_text(errors="replace") if console.exists() else ""
-            if rc is not None or any(m in text for m in _BOOTED):
+            # QEMU stays alive, its guest paused, after a KVM internal error: no need to wait it out
+            broken = any(m.lower() in errfile.read_text(errors="replace").lower() for m in _KVM_BROKEN)
+            if rc is not None or broken or any(m in text for m in _BOOTED):
                 break
             time.sleep(0.2)
         if proc.poll() is None:
             proc.kill()
-        _, stderr = proc.communicate()
+        proc.wait()
         text = console.read_text(errors="replace") if console.exists() else ""
-        return interpret(text, stderr or "", rc)
+        return interpret(text, errfile.read_text(errors="replace"), rc)
 
 
 def choose(qemu: str, kernel: Path, refresh: bool = False) -> Verdict:
@@ -95,16 +99,23 @@ def choose(qemu: str, kernel: Path, refresh: bool = False) -> Verdict:
     if forced in ("kvm", "tcg"):
         return Verdict(forced == "kvm", f"forced by SCXCTL_VM_ACCEL={forced}", "env")
     key = probe_key(kernel, _qemu_version(qemu))
-    if not refresh:
-        try:
-            cached = Verdict(**json.loads(_cache_file().read_text()))
-            if cached.key == key:
-                return cached
-        except (OSError, ValueError, TypeError):
-            pass
+    cached = _cached_verdicts()
+    if not refresh and key in cached:
+        return cached[key]
     started = time.monotonic()
     ok, reason = _probe(qemu, kernel)
     verdict = Verdict(ok, reason, key)
     log.info("KVM probe", kvm=ok, reason=reason, seconds=round(time.monotonic() - started, 1))
-    atomic_write_text(_cache_file(), json.dumps(asdict(verdict), indent=2) + "\n")
+    cached[key] = verdict
+    doc = {"verdicts": [asdict(v) for v in cached.values()]}
+    atomic_write_text(_cache_file(), json.dumps(doc, indent=2) + "\n")
     return verdict
+
+
+def _cached_verdicts() -> dict[str, Verdict]:
+    """Every verdict in the cache file by key (an unreadable file is an empty cache)."""
+    try:
+        doc = json.loads(_cache_file().read_text())
+        return {v.key: v for v in (Verdict(**d) for d in doc["verdicts"])}
+    except (OSError, ValueError, TypeError, KeyError):
+        return {}

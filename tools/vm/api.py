@@ -88,6 +88,7 @@ class VM:
         kernel: str | None = None,
         flavour: str = image.DEFAULT,
         then: str | None = None,
+        then_kernel: str | None = None,
         headers: bool = False,
     ) -> VMResult:
         """Run `command` in a fresh guest; a guest kernel panic gets up to PANIC_ATTEMPTS boots,
@@ -96,7 +97,8 @@ class VM:
 
         `flavour="installed"` boots the bare image without the working tree (tools.vm.image);
         `then` is a second command, run after a reboot of the same root disk when `command` exits 0
-        (the result's code is then the second command's). /results collects what both wrote.
+        (the result's code is then the second command's), booting `then_kernel` when given (a
+        version spec, as `kernel`). /results collects what both wrote.
         `headers`: the kernel's headers installed as linux-headers-RELEASE would (for bcc).
 
         Multi-threaded TCG now and then runs a stale copy of code the guest kernel is patching
@@ -117,6 +119,7 @@ class VM:
             kernel=kernel,
             flavour=flavour,
             then=then,
+            then_kernel=then_kernel,
             headers=headers,
         )
         out = runner.run(spec, sink=io.BytesIO())

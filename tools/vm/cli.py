@@ -145,6 +145,9 @@ def run_cmd(
                      help="After COMMAND exits 0, reboot the same root disk and run this (sh -c); "
                           "exit with its code."),
     ] = None,
+    then_kernel: Annotated[
+        str | None, typer.Option("--then-kernel", help="The second boot's kernel (--then): " + VERSION_HELP)
+    ] = None,
     headers: Annotated[
         bool, typer.Option("--headers", help="The kernel's headers in the guest, as linux-headers-RELEASE "
                            "installs them (for bcc); fetched once per kernel.")
@@ -160,7 +163,7 @@ def run_cmd(
     spec = runner.RunSpec(
         command=command_string(command), timeout=timeout, boot_timeout=boot_timeout, systemd=systemd,
         cpus=cpus, mem=mem, copies=copies, results=results, keep=keep, tcg_single=tcg_single,
-        kernel=kernel_version, flavour=flavour, then=then, headers=headers,
+        kernel=kernel_version, flavour=flavour, then=then, then_kernel=then_kernel, headers=headers,
     )  # fmt: skip
     try:
         outcome = runner.run(spec)

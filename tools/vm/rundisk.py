@@ -43,18 +43,23 @@ tracefs /sys/kernel/tracing tracefs defaults 0 0
 """
 
 
-def fstab_run(release: str | None, project: bool = True, headers: tuple[str, ...] = ()) -> str:
+def fstab_run(
+    release: str | None, project: bool = True, headers: tuple[str, ...] = (), second: str | None = None
+) -> str:
     """Bind mounts of the run disk's parts to where the guest expects them (both modes).
 
     `project` False (the installed flavour): no /opt/scxctl, so nothing of the working tree is
     visible in the guest besides what --copy brings. `headers`: directories of the unpacked
     kernel headers (`usr/src/linux-headers-...`, `usr/lib/linux-kbuild-...`), each bound to the same
-    path in the guest, where the packages would have put them.
+    path in the guest, where the packages would have put them. `second`: the release of the second
+    boot's kernel, when it is another one (its modules are on the run disk as kernel2).
     """
     lines = ["/mnt/scxvm/project /opt/scxctl none bind,X-mount.mkdir 0 0"] if project else []
     lines.append("/mnt/scxvm/results /results none bind,X-mount.mkdir 0 0")
     if release is not None:
         lines.append(f"/mnt/scxvm/kernel /lib/modules/{release} none bind,X-mount.mkdir 0 0")
+    if second is not None:
+        lines.append(f"/mnt/scxvm/kernel2 /lib/modules/{second} none bind,X-mount.mkdir 0 0")
     lines += [f"/mnt/scxvm/headers/{d} /{d} none bind,X-mount.mkdir 0 0" for d in headers]
     return "\n".join(lines) + "\n"
 
@@ -116,12 +121,14 @@ def stage(
     then: str | None = None,
     project: bool = True,
     headers: Path | None = None,
+    second_kernel: tuple[Path, str] | None = None,
 ) -> str:
     """Fill `staging` with what the run disk holds; returns the run's nonce.
 
     `then`: the command of the second boot (guest.sh runs it once the root disk carries the
     first boot's marker). `project` False leaves the working tree off the disk (installed flavour).
     `headers`: the kernel's unpacked headers (tools.vm.kernel.prepare_headers), for bcc in the guest.
+    `second_kernel`: (lib/modules dir, release) of another kernel the second boot runs.
     """
     staging.mkdir(parents=True, exist_ok=True)
     nonce = secrets.token_hex(8)
@@ -141,11 +148,14 @@ def stage(
                 shutil.copy2(src, tree / item)
     if lib_modules is not None:
         shutil.copytree(lib_modules, staging / "kernel")
+    if second_kernel is not None:
+        shutil.copytree(second_kernel[0], staging / "kernel2")
     dirs: tuple[str, ...] = ()
     if headers is not None and lib_modules is not None and release is not None:
         dirs = _stage_headers(headers, staging, release)
     (staging / "fstab.light").write_text(FSTAB_LIGHT)
-    (staging / "fstab.run").write_text(fstab_run(release if lib_modules is not None else None, project, dirs))
+    (staging / "fstab.run").write_text(fstab_run(release if lib_modules is not None else None, project, dirs,
+                                                 second_kernel[1] if second_kernel is not None else None))
     lines = []
     for i, c in enumerate(copies):
         if not c.src.exists():

@@ -60,6 +60,7 @@ class RunSpec:
     kernel: str | None = None  # a version spec (kernel.prepare); None: the default kernel
     flavour: str = image.DEFAULT  # image.INSTALLED: the bare image, no working tree in the guest
     then: str | None = None  # a second command, run by a second boot of the same root disk
+    then_kernel: str | None = None  # the second boot's kernel (a version spec); None: the first's
     headers: bool = False  # the kernel's headers in the guest (for bcc), fetched once per kernel
 
 
@@ -227,11 +228,14 @@ def run(spec: RunSpec, sink: BinaryIO | None = None) -> Outcome:
     _reap_stale_runs(runs)
     work = Path(tempfile.mkdtemp(dir=runs, prefix="run-"))
     (work / OWNER).write_text(f"{os.getpid()}\n")
+    # the second boot may boot another kernel of the same disk, as an upgrade or a downgrade would
+    info2 = kernel.prepare(spec.then_kernel) if spec.then is not None and spec.then_kernel else info
     try:
         nonce = rundisk.stage(
             work / "stage", spec.command, spec.copies, kernel.lib_modules_dir(info), info.release,
             then=spec.then, project=spec.flavour == image.DEFAULT,
             headers=kernel.prepare_headers(info) if spec.headers else None,
+            second_kernel=None if info2 is info else (kernel.lib_modules_dir(info2), info2.release),
         )  # fmt: skip
         run_img = work / "run.img"
         rundisk.make(work / "stage", run_img)
@@ -259,7 +263,7 @@ def run(spec: RunSpec, sink: BinaryIO | None = None) -> Outcome:
                      kernel=info.release, flavour=spec.flavour)
             queued = time.monotonic() - queued
             # the lock stays held across a reboot: the second boot's timing is as comparable as the first's
-            outcome = _boots(m, binary, nonce, spec, boot_timeout, sink, work, t0)
+            outcome = _boots(m, binary, nonce, spec, boot_timeout, sink, work, t0, kernel.boot_image(info2))
         outcome.queued_s = queued
         if spec.results is not None and outcome.returncode not in (HarnessCode.NO_COMMAND,):
             try:
@@ -278,9 +282,10 @@ def run(spec: RunSpec, sink: BinaryIO | None = None) -> Outcome:
 
 def _boots(
     m: qemu.Machine, binary: str, nonce: str, spec: RunSpec, boot_timeout: float, sink: BinaryIO,
-    work: Path, t0: float,
+    work: Path, t0: float, second_kernel: Path,
 ) -> Outcome:  # fmt: skip
-    """The run's one boot, or two (spec.then) when the first command exits 0."""
+    """The run's one boot, or two (spec.then) when the first command exits 0; the second boots
+    `second_kernel`."""
     if spec.then is None:
         return _boot(m, binary, nonce, spec, boot_timeout, sink, work, t0)
     first = _boot(m, binary, nonce, spec, boot_timeout, sink, work, t0, grace=REBOOT_GRACE_S)
@@ -288,7 +293,7 @@ def _boots(
         log.warning("the first command did not succeed: no second boot", code=first.returncode)
         return first
     log.info("rebooting the guest for the second command")
-    m2 = second_machine(m, work)
+    m2 = dataclasses.replace(second_machine(m, work), kernel=second_kernel)
     for p in (m2.console_log, m2.ctl_log, m2.out_log):
         p.touch()
     second = _boot(m2, binary, nonce, spec, boot_timeout, sink, work, t0, stderr_name="qemu2.stderr")

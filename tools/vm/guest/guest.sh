@@ -42,15 +42,15 @@ port() {
     return 1
 }
 
-unbind_headers() {  # the kernel headers' bind mounts (run --headers) keep the run disk busy
+unbind_extra() {  # the headers' binds (run --headers) and a second kernel's modules keep the run disk busy
     local src dst rest
     while read -r src dst rest; do
-        [ "${src#/mnt/scxvm/headers/}" != "$src" ] && umount "$dst" 2>/dev/null
+        case "$src" in /mnt/scxvm/headers/*|/mnt/scxvm/kernel2) umount "$dst" 2>/dev/null ;; esac
     done <"$R/fstab.run"
 }
 
 finish() {
-    unbind_headers
+    unbind_extra
     if [ "$mode" = light ]; then
         kill -TERM -1 2>/dev/null && sleep 0.2
         kill -KILL -1 2>/dev/null
@@ -89,7 +89,7 @@ fail() { mark "error=$*"; finish; }
 [ -n "$lost" ] && fail "second boot: the root disk has no marker of the first ($MARK)"
 
 mount -a -T "$R/fstab.run" || fail "cannot mount the project, kernel files or /results (fstab.run)"
-[ -f "$R/kernel/config" ] && ln -sf "/lib/modules/$rel/config" "/boot/config-$rel"
+[ -f "/lib/modules/$rel/config" ] && ln -sf "/lib/modules/$rel/config" "/boot/config-$rel"
 
 # copies go in on the first boot only: the second boots the same root disk, which still has them
 [ -z "$second" ] && while IFS=$'\t' read -r idx dst; do
