@@ -21,14 +21,13 @@ Usage: .venv/bin/python -m benchmarks.vm_cgroup_bw_bench [--seconds 10] [--cgrou
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.vm_stress_bench import WAIT_PYLAND
+from benchmarks.vm_stress_bench import WAIT_PYLAND, stats_lines
 from tools.vm.api import VM
 
 PYLAND_PHASES = ("none1", "quota1", "none2", "quota2", "none3", "quota3", "none4")
@@ -84,11 +83,6 @@ def quota_ratios(r: dict[str, float]) -> list[float]:
     return [r[p[i]] / ((r[p[i - 1]] + r[p[i + 1]]) / 2) for i in range(1, len(p), 2)]
 
 
-def all_stats(log: Path) -> list[dict[str, int]]:
-    lines = log.read_text().splitlines()
-    return [json.loads(ln) for ln in lines if ln.startswith("{") and '"pyland stats"' in ln]
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=int, default=10)
@@ -112,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     r = res.results
     state = (r / "state_after.txt").read_text().strip() if (r / "state_after.txt").exists() else "?"
     rc = (r / "pyland.rc").read_text().strip() if (r / "pyland.rc").exists() else "?"
-    stats = all_stats(r / "pyland.log") or [{}]
+    stats = stats_lines((r / "pyland.log").read_text().splitlines()) or [{}]
     print(f"pyland state after its phases: {state}; exit {rc}; last stats: "
           + ", ".join(f"{k}={stats[-1].get(k)}" for k in ("nr_backlog", "nr_rescued", "nr_ring_full",
                                                          "nr_bw_held", "nr_bw_overdue"))

@@ -15,6 +15,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from tools.vm.api import VM
 
@@ -52,6 +53,11 @@ stress default2
 """
 
 _METRIC = re.compile(r"-\s*stressor:\s*(\S+)(.*?)(?=\n\s*-\s*stressor:|\Z)", re.S)
+
+
+def stats_lines(lines: list[str]) -> list[dict[str, Any]]:
+    """The `pyland stats` events of a `scxctl --log-format json run` log, in order."""
+    return [json.loads(ln) for ln in lines if ln.startswith("{") and '"pyland stats"' in ln]
 
 
 def parse_yaml_metrics(text: str) -> dict[str, float]:
@@ -103,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     for ln in log:
         if ln.startswith(("pyland", "scxctl:")):
             print("  " + ln)
-    stats = [json.loads(ln) for ln in log if ln.startswith("{") and '"pyland stats"' in ln]
+    stats = stats_lines(log)
     if stats:
         keys = ("consumed", "nr_backlog", "nr_ring_full", "nr_direct", "nr_kthread", "nr_preempt_kicks",
                 "busy_cpu_ns", "max_batch_wall_ns", "max_batch_cpu_ns")

@@ -28,7 +28,6 @@
 #include <math.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -42,22 +41,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "die.h"
+
 #define MAX_SAMPLES (4u << 20) /* latencies kept per semaphore (pingpong) or in all (sleep) */
 #define NAME_LEN 16            /* the kernel's task name, NUL included */
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-static void die(const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "wake-load: %s\n", msg);
-	exit(1);
-}
 
 static int64_t now_ns(void)
 {

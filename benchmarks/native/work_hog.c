@@ -18,7 +18,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,23 +29,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "die.h"
+
 #define SLOT 64			/* bytes per hog: no two hogs write the same cache line */
 #define UNIT (1u << 16)		/* iterations of the kernel per counted unit of work */
 #define MAX_HOGS 4096
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-
-static void die(const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "work-hog: %s\n", msg);
-	exit(1);
-}
 
 static _Atomic uint64_t *map_counters(const char *path, long n, int flags)
 {
