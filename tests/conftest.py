@@ -9,6 +9,7 @@ all the checks and writes its findings under /results, then assert on them in sm
 from __future__ import annotations
 
 import shutil
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,13 @@ from tools.vm import api, image, kernel, qemu
 from tools.vm.api import VM
 from tools.vm.codes import VMError
 
-_current_test = {"nodeid": ""}  # the test being set up: who boots a module's guest
+_current_test: dict[str, Any] = {"nodeid": "", "single": False}  # the test being set up: who boots a guest
+
+# The order tests run in: host tests first, then the guests that run single-threaded TCG (one host
+# core each), then those that want every core. scripts/test.sh runs the longest single-threaded
+# modules in a second pytest process beside this one: two single-threaded guests share a 2-core
+# host (tools.vm.slots), and while a guest runs on one core the host tests use the other.
+HOST, SINGLE_GUEST, WHOLE_HOST_GUEST = 0, 1, 2
 
 
 def vm_unavailable() -> str | None:
@@ -38,11 +45,22 @@ def vm(tmp_path_factory: pytest.TempPathFactory) -> VM:
     reason = vm_unavailable()
     if reason is not None:
         pytest.skip(reason)
-    return VM(lambda: tmp_path_factory.mktemp("vm-results"), lambda: _current_test["nodeid"])
+    return VM(
+        lambda: tmp_path_factory.mktemp("vm-results"),
+        lambda: _current_test["nodeid"],
+        lambda: _current_test["single"],
+    )
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     _current_test["nodeid"] = item.nodeid
+    _current_test["single"] = item.get_closest_marker("tcg_single") is not None
+
+
+def run_order(item: pytest.Item) -> int:
+    if item.get_closest_marker("vm") is None:
+        return HOST
+    return SINGLE_GUEST if item.get_closest_marker("tcg_single") is not None else WHOLE_HOST_GUEST
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -59,3 +77,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "vm" in getattr(item, "fixturenames", ()) and item.get_closest_marker("vm") is None:
             item.add_marker(pytest.mark.vm)
+    items.sort(key=run_order)  # stable: a module's tests stay together and in order

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.vm
+# single-threaded TCG: many enable/disable cycles (see tools.vm.qemu.accel_args)
+pytestmark = [pytest.mark.vm, pytest.mark.tcg_single]
 
 GUEST = r"""#!/bin/bash
 set -u
@@ -125,7 +126,6 @@ def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     script.write_text(GUEST)
     res = vm.run(
         "bash /root/daemon_vm.sh", systemd=True, timeout=1500, copy=[(str(script), "/root/daemon_vm.sh")],
-        tcg_single=True,  # many enable/disable cycles: see tools.vm.qemu.accel_args
     )
     (res.results / "guest_output.txt").write_text(res.output)
     print(f"daemon VM run: rc={res.returncode} wall={res.wall_s:.1f}s results={res.results}")

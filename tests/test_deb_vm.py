@@ -30,7 +30,8 @@ from guest_files import read
 from tools.vm import image, repo
 from tools.vm.codes import VMError
 
-pytestmark = pytest.mark.vm
+# single-threaded TCG: several enable/disable cycles (see tools.vm.qemu.accel_args)
+pytestmark = [pytest.mark.vm, pytest.mark.tcg_single]
 
 DEB_ENV = "SCXCTL_DEB"
 UNIT_CGROUP = "/system.slice/scxctl.service"
@@ -244,7 +245,6 @@ def guest(vm: Any, package: tuple[Path, Path], tmp_path_factory: pytest.TempPath
         systemd=True, timeout=1500,
         copy=[(str(deb), f"/root/{deb.name}"), (str(repository), repo.GUEST_DIR),
               (str(first), "/root/first.sh"), (str(second), "/root/second.sh")],
-        tcg_single=True,  # several enable/disable cycles: see tools.vm.qemu.accel_args
     )  # fmt: skip
     (res.results / "guest_output.txt").write_text(res.output)
     print(f"\n.deb VM run ({deb.name}): rc={res.returncode} wall={res.wall_s:.1f}s boot={res.boot_s}s "

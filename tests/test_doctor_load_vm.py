@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.vm
+# single-threaded TCG: nothing here depends on the vCPUs running side by side
+pytestmark = [pytest.mark.vm, pytest.mark.tcg_single]
 
 ROOT = Path(__file__).resolve().parent.parent
 BAD_OUT = "build/tests/pyland_bad_kfunc"  # relative to bpf/, as bpf/Makefile's OUT must be

@@ -16,7 +16,8 @@ import pytest
 
 from scxctl.btf import Btf, Kind
 
-pytestmark = pytest.mark.vm
+# single-threaded TCG: nothing here depends on the vCPUs running side by side
+pytestmark = [pytest.mark.vm, pytest.mark.tcg_single]
 
 SCRIPT = r"""#!/bin/bash
 set -u

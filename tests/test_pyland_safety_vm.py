@@ -29,7 +29,8 @@ from typing import Any
 import pytest
 from guest_files import SCENARIO_PRELUDE, json_lines, read
 
-pytestmark = pytest.mark.vm
+# single-threaded TCG: many enable/disable cycles (see tools.vm.qemu.accel_args)
+pytestmark = [pytest.mark.vm, pytest.mark.tcg_single]
 
 POLICIES = Path(__file__).resolve().parent / "policies"
 GUEST_POLICY = "/tmp/test-policies/misbehave.py"
@@ -238,7 +239,7 @@ def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     copy = [(str(script), "/tmp/safety_scenario.sh"), (str(POLICIES), "/tmp/test-policies")]
     # one host thread for both vCPUs: every attach and detach patches the kernel's static keys, and
     # with ten of each a multi-threaded TCG guest often died of it (int3 in update_rq_clock)
-    res = vm.run("bash /tmp/safety_scenario.sh", timeout=1500, cpus=2, mem="2G", copy=copy, tcg_single=True)
+    res = vm.run("bash /tmp/safety_scenario.sh", timeout=1500, cpus=2, mem="2G", copy=copy)
     assert res.returncode == 0, f"guest run failed ({res.message}): {res.output[-3000:]}"
     return res.results
 

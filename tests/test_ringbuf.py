@@ -407,6 +407,7 @@ def guest(vm: VM) -> VMResult:
 
 
 @pytest.mark.vm
+@pytest.mark.tcg_single  # nothing timed: the suites' assertions do not need parallel vCPUs
 def test_guest_has_libbpf_with_consume_n(guest: VMResult) -> None:
     path = guest.results / "libbpf.json"
     assert path.is_file(), f"{guest.message or 'no libbpf.json'}\n{guest.output[-2000:]}"
@@ -416,6 +417,7 @@ def test_guest_has_libbpf_with_consume_n(guest: VMResult) -> None:
 
 
 @pytest.mark.vm
+@pytest.mark.tcg_single
 def test_ring_and_libbpf_suites_pass_in_the_guest(guest: VMResult) -> None:
     assert guest.returncode == 0, f"{guest.message or ''}\n{guest.output[-4000:]}"
     suite = ET.parse(guest.results / "junit.xml").getroot()

@@ -69,9 +69,15 @@ class VMResult:
 class VM:
     """Runs each command in a fresh guest; the base image is never modified by a run."""
 
-    def __init__(self, results_dir: Callable[[], Path], context: Callable[[], str] = lambda: "") -> None:
+    def __init__(
+        self,
+        results_dir: Callable[[], Path],
+        context: Callable[[], str] = lambda: "",
+        single: Callable[[], bool] = lambda: False,
+    ) -> None:
         self._results_dir = results_dir
         self._context = context  # who is booting (the test's node id), for RETRIED
+        self._single = single  # run()'s tcg_single when the caller does not say (the test's marker)
 
     def run(
         self,
@@ -83,7 +89,7 @@ class VM:
         mem: str = "2G",
         copy: Sequence[tuple[str, str]] = (),
         retry_on_panic: bool = True,
-        tcg_single: bool = False,
+        tcg_single: bool | None = None,
         single_on_last_retry: bool = True,
         kernel: str | None = None,
         flavour: str = image.DEFAULT,
@@ -105,7 +111,8 @@ class VM:
         (qemu.accel_args). A fresh boot tells such a flake from a real bug, and the last boot runs
         single-threaded TCG, which cannot have that race: a panic there is not the flake. Callers
         whose results depend on vCPUs running in parallel (performance) pass
-        `single_on_last_retry=False`.
+        `single_on_last_retry=False`. `tcg_single` unset: the VM's default (in the test suite, the
+        test's `tcg_single` marker).
         """
         spec = runner.RunSpec(
             command=command,
@@ -115,7 +122,7 @@ class VM:
             mem=mem,
             copies=[Copy(Path(src), dst) for src, dst in copy],
             results=self._results_dir(),
-            tcg_single=tcg_single,
+            tcg_single=self._single() if tcg_single is None else tcg_single,
             kernel=kernel,
             flavour=flavour,
             then=then,

@@ -359,7 +359,7 @@ def build_object() -> None:
 
 
 def run_matrix(abis: Sequence[str], workdir: Path, on_row: Callable[[Row], None] | None = None) -> list[Row]:
-    """One guest per kernel, in turn (the harness runs one guest at a time anyway)."""
+    """One guest per kernel, in turn (each guest with a thread per vCPU has the host to itself anyway)."""
     rows = []
     for i, abi in enumerate(abis, 1):
         log.info("matrix guest", kernel=abi, n=f"{i}/{len(abis)}")

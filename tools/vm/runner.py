@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import fcntl
 import os
 import re
 import shutil
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from scxctl.log import get_logger
-from tools.vm import accel, config, image, kernel, qemu, rundisk
+from tools.vm import accel, config, image, kernel, qemu, rundisk, slots
 from tools.vm.codes import HarnessCode, VMError
 
 log = get_logger("tools.vm.run")
@@ -75,7 +74,7 @@ class Outcome:
     console: str
     workdir: Path | None = None
     qemu_s: float | None = None  # how long QEMU ran (both boots together when there were two)
-    queued_s: float = 0.0  # waiting for another guest to finish (see qemu.lock)
+    queued_s: float = 0.0  # waiting for host cores held by other guests (tools.vm.slots)
     second_boot_s: float | None = None  # second QEMU start to the second command's start (RunSpec.then)
 
 
@@ -250,17 +249,15 @@ def run(spec: RunSpec, sink: BinaryIO | None = None) -> Outcome:
         )  # fmt: skip
         for p in (m.console_log, m.ctl_log, m.out_log):
             p.touch()
-        # One guest at a time per cache: TCG guests competing for 2 host cores each run so slowly that
-        # boot and command timeouts become meaningless. Timeouts start once the lock is held.
+        # A core per vCPU thread (tools.vm.slots): a guest waits for its cores, then has them to
+        # itself. Timeouts start once they are held.
         queued = time.monotonic()
-        with open(config.cache_dir() / "qemu.lock", "w") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                log.info("waiting for another guest to finish (one guest at a time)")
-                fcntl.flock(lock, fcntl.LOCK_EX)
+        total = slots.host_slots()
+        need = slots.needed(spec.cpus, spec.tcg_single and acc == "tcg", total)
+        with slots.held(config.cache_dir(), need, total) as waited:
             log.info("booting guest", accel=acc, cpus=spec.cpus, mem=spec.mem, systemd=spec.systemd,
-                     kernel=info.release, flavour=spec.flavour)
+                     kernel=info.release, flavour=spec.flavour, host_cores=f"{need}/{total}",
+                     waited=waited)
             queued = time.monotonic() - queued
             # the lock stays held across a reboot: the second boot's timing is as comparable as the first's
             outcome = _boots(m, binary, nonce, spec, boot_timeout, sink, work, t0, kernel.boot_image(info2))
