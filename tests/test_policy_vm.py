@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from guest_files import SCENARIO_PRELUDE, json_lines, read
 
-pytestmark = pytest.mark.vm
+# single-threaded TCG: the policies' timings are not used (see above)
+pytestmark = [pytest.mark.vm, pytest.mark.tcg_single]
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "policies"
 GUEST_EXAMPLES = "/tmp/policy-examples"  # examples/ is not part of the guest's /opt/scxctl tree

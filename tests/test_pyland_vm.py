@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 from guest_files import SCENARIO_PRELUDE, json_lines, read
 
-pytestmark = pytest.mark.vm
+# single-threaded TCG: the scenarios run for fixed times and assert what happened, not how fast
+pytestmark = [pytest.mark.vm, pytest.mark.tcg_single]
 
 SCENARIO = SCENARIO_PRELUDE + r"""
 snap() { echo "state=$(state) ops=$(ops) switch_all=$(cat $SX/switch_all)" >"$R/$1.txt"; }

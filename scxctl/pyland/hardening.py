@@ -42,15 +42,28 @@ def set_up_priority() -> Iterator[None]:
         os.setpriority(os.PRIO_PROCESS, 0, before)
 
 
+_locked = False  # mlockall(MCL_FUTURE) succeeded: every later mapping is locked as it is made
+
+
 def harden() -> None:
-    """Lock memory and stop the garbage collector; called after start-up, before attaching."""
-    try:
-        resource.setrlimit(resource.RLIMIT_MEMLOCK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-    except (ValueError, OSError) as exc:
-        log.warning("cannot raise RLIMIT_MEMLOCK", error=str(exc))
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.mlockall(MCL_CURRENT | MCL_FUTURE) != 0:
-        log.warning("mlockall failed: the scheduler may page-fault", errno=ctypes.get_errno())
+    """Lock memory and stop the garbage collector; called before each attach.
+
+    Memory is locked once: MCL_FUTURE locks what a restart maps (the new object's maps and rings)
+    as it maps it, and a second mlockall(MCL_CURRENT) only walks every page of the process again,
+    on the restart's critical path (the one CPU left after a hotplug, under load). The collection
+    is cheap after the first: frozen objects are never looked at again.
+    """
+    global _locked
+    if not _locked:
+        try:
+            resource.setrlimit(resource.RLIMIT_MEMLOCK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise RLIMIT_MEMLOCK", error=str(exc))
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.mlockall(MCL_CURRENT | MCL_FUTURE) != 0:
+            log.warning("mlockall failed: the scheduler may page-fault", errno=ctypes.get_errno())
+        else:
+            _locked = True
     gc.collect()
     gc.freeze()
     gc.disable()

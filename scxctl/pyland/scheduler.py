@@ -193,6 +193,8 @@ class Scheduler:
         self._load_ms = 0.0
         self._attach_ms = 0.0
         self._attach_started = 0.0
+        self._close_ms = 0.0  # a restart: closing the object the kernel unregistered
+        self._harden_ms = 0.0
 
     # -- set-up, all before attach
 
@@ -258,7 +260,8 @@ class Scheduler:
             if st.enabled and st.ops == OPS_NAME:
                 self._confirmed = True
                 log.info("pyland enabled", state=st.state, ops=st.ops, switch_all=st.switch_all,
-                         restarts=self.restarts, load_ms=self._load_ms, attach_ms=self._attach_ms,
+                         restarts=self.restarts, close_ms=self._close_ms, load_ms=self._load_ms,
+                         harden_ms=self._harden_ms, attach_ms=self._attach_ms,
                          enabled_ms=round((now - self._attach_started) * 1e3, 1))
                 if missing := compat_missing(self.shared.snapshot()["compat_missing"]):
                     log.warning("this kernel cannot give pyland some facilities; it runs without them",
@@ -339,7 +342,9 @@ class Scheduler:
         self._restart_times.append(time.monotonic())
         log.warning("pyland restarting", reason=info.describe() if info else "attach refused",
                     restarts=self.restarts, restarts_in_window=len(self._restart_times))
+        t0 = time.monotonic()
         self._close_object()
+        self._close_ms = round((time.monotonic() - t0) * 1e3, 1)
         self._stop.reason = None
         gc.enable()  # the new object's set-up allocates; frozen again before the next attach
         with set_up_priority():
@@ -366,8 +371,10 @@ class Scheduler:
         assert self.policy is not None
         failure: PolicyFailed | None = None
         self._hotplug_refused = False
+        t0 = time.monotonic()
         harden()
         now = time.monotonic()
+        self._harden_ms = round((now - t0) * 1e3, 1)
         self._attach_deadline = now + self.opts.attach_timeout
         self._next_stats = now + self.opts.stats_interval
         with set_up_priority():
