@@ -13,9 +13,10 @@
  *   hold      a throttled task is not run: ops.enqueue, and a decision arriving for it, put it in
  *             HELD_DSQ in arrival order; a running one is stopped at the tick
  *   roll      periods roll over lazily, whenever a cgroup is looked at: no timer per cgroup
- *   release   one timer fires at the earliest period end a held task waits for and sends a CPU
- *             through ops.dispatch, which moves every held task whose cgroups have budget again to
- *             the shared DSQ, in order, behind the deadlines already running
+ *   release   one timer fires at the earliest period end (or hold bound) a held task waits for
+ *             and sends a CPU through ops.dispatch, which moves every held task whose cgroups have
+ *             budget again, or that was held cfg.bw_max_hold_ns, to the shared DSQ, in order, behind
+ *             the deadlines already running
  *
  * Cgroups without a quota are not in the map; with none anywhere every hook returns at once.
  */
@@ -239,6 +240,18 @@ static __always_inline void bw_arm(u64 at, u64 now)
 	bpf_timer_start(&t->timer, (s64)(at - now) > (s64)BW_MIN_ARM_NS ? at - now : BW_MIN_ARM_NS, 0);
 }
 
+/*
+ * When a held task may go: at its cgroup's period end, or once it was held cfg.bw_max_hold_ns,
+ * whichever comes first. The period end alone let a task wait a whole period past the bound when
+ * the period is the longer (cpu.max periods go up to 1 s).
+ */
+static __always_inline u64 bw_release_at(const struct pyland_cgroup_bw *bw, u64 held_at)
+{
+	u64 end = bw->period_start + bw->period_ns, bound = held_at + cfg.bw_max_hold_ns;
+
+	return (s64)(bound - end) < 0 ? bound : end;
+}
+
 /* Put a task of a throttled cgroup aside; the release scan brings it back. */
 static __always_inline void bw_hold(struct task_struct *p, struct task_ctx *tctx, struct pyland_cgroup_bw *bw,
 				    u64 enq_flags, u64 now)
@@ -248,14 +261,14 @@ static __always_inline void bw_hold(struct task_struct *p, struct task_ctx *tctx
 	pyl_dsq_insert(p, HELD_DSQ, cfg.slice_ns, enq_flags);
 	__sync_fetch_and_add(&bw->nr_held, 1);
 	__sync_fetch_and_add(&shared.nr_bw_held, 1);
-	bw_arm(bw->period_start + bw->period_ns, now);
+	bw_arm(bw_release_at(bw, now), now);
 }
 
 /*
  * From ops.dispatch once the timer fired: every held task whose cgroups have budget again goes to
  * the shared DSQ, in the order it was held, with a deadline behind the ones already running
- * (fallback_deadline), so a released cgroup does not jump the queue. The earliest period end the
- * others wait for re-arms the timer.
+ * (fallback_deadline), so a released cgroup does not jump the queue; so does one held
+ * cfg.bw_max_hold_ns (nr_bw_overdue). The earliest time one of the others may go re-arms the timer.
  */
 static __always_inline void bw_release_held(u64 now)
 {
@@ -289,7 +302,7 @@ static __always_inline void bw_release_held(u64 now)
 			continue;
 		bw = bw_throttled(tctx, now);
 		if (bw && now - tctx->bw_held_at < cfg.bw_max_hold_ns) {
-			u64 end = bw->period_start + bw->period_ns;
+			u64 end = bw_release_at(bw, tctx->bw_held_at);
 
 			if (!next || (s64)(end - next) < 0)
 				next = end;

@@ -826,8 +826,12 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 		return;
 	}
 
-	/* cpu.max: held tasks whose cgroups have budget again join the shared DSQ */
-	if (bw_active())
+	/*
+	 * cpu.max: held tasks whose cgroups have budget again join the shared DSQ. Not gated on
+	 * bw_active(): when the last quota goes (cpu.max "max") nr_bw_cgroups is 0 while its tasks
+	 * are still held, and only this release frees them (it returns at once unless asked).
+	 */
+	if (pyl_cgroup_bw())
 		bw_release_held(bpf_ktime_get_ns());
 
 	/* a task about to trip the watchdog goes before everything else (see rescue_starved) */

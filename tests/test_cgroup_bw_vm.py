@@ -10,7 +10,8 @@ accounting, the same under every scheduling class):
   nested   two hogs in a child (50% of a CPU) of a parent with 30%, 6 s
   change   two hogs in a cgroup whose 20% becomes 50% after 4 s, 8 s
   move     one hog in a cgroup with 10%, moved after 3 s (while throttled) to an unlimited one
-  overdue  (pyland only, --cpu-max-hold-ms 300) three hogs in a cgroup with 1 ms a second, 4 s
+  overdue  (pyland only, --cpu-max-hold-ms 300) three hogs in a cgroup with 1 ms a second, 4 s;
+           then the quota is lifted so that they can end
   burst    spikes of 25 ms of CPU every 400 ms in two cgroups with 20 ms per period, one with a
            cpu.max.burst of 20 ms: its credit covers every spike, the other is throttled; the
            fair class's own cpu.stat nr_throttled is the cross-check under the default scheduler
@@ -132,8 +133,17 @@ scxctl --log-format json run --stats-interval 1 --cpu-max-hold-ms 300 >"$R/overd
 spid=$!
 wait_state enabled 90; echo $? >"$R/overdue_attach.rc"
 mkdir -p $S/tiny; echo "1000 1000000" > $S/tiny/cpu.max
-hogs tiny 3 {OVERDUE_S}
+hogs tiny 3 {OVERDUE_S} &
+hp=$!
+sleep {OVERDUE_S + 1}
 echo "state $(state)" >"$R/overdue_state.txt"
+# On 1 ms a second stress-ng needs minutes to notice its own timeout and reap its workers (8-10
+# minutes in two runs): the quota goes, and with it the hold, so that they end now. The last quota
+# going while tasks are held must free them: it once left one held until the kernel's watchdog
+# ejected pyland ("failed to run for 7.4s").
+kill -0 $hp 2>/dev/null && echo yes >"$R/overdue_alive.txt"
+echo max > $S/tiny/cpu.max
+wait $hp
 sleep 1.5  # one more stats line after the hogs
 kill -TERM $spid; wait $spid; echo $? >"$R/overdue.rc"
 rmdir $S/tiny

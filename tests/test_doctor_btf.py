@@ -341,3 +341,22 @@ def test_libbpf_reader_on_hand_built_blobs(tmp_path: Path) -> None:
         btf_struct_members(garbage, "sched_ext_ops")
     with pytest.raises(OSError):
         btf_struct_members(tmp_path / "missing", "sched_ext_ops")
+
+
+def test_member_offsets_see_through_anonymous_members(tmp_path: Path) -> None:
+    """As C names them: cgroup.ancestors sits in an anonymous union on recent kernels."""
+    from scxctl.bpf.errors import BpfError
+    from scxctl.bpf.libbpf import btf_member_offsets
+
+    assert CLANG, "clang-19 is installed by scripts/install.sh"
+    src, obj = tmp_path / "anon.c", tmp_path / "anon.o"
+    src.write_text("struct outer { int a; union { long b; struct { int c; int d; }; };"
+                   " struct { char e; } named; unsigned f : 3; };\nstruct outer x;\n")
+    subprocess.run([CLANG, "-target", "bpf", "-g", "-c", str(src), "-o", str(obj)], check=True)
+    assert btf_member_offsets(obj, {"outer": ("a", "b", "c", "d", "named")}) == {
+        "outer": {"a": 0, "b": 8, "c": 8, "d": 12, "named": 16}}
+    for missing in ("e", "f", "nope"):  # e: inside a named member; f: a bitfield
+        with pytest.raises(BpfError, match=f"outer.{missing}"):
+            btf_member_offsets(obj, {"outer": (missing,)})
+    with pytest.raises(BpfError, match="no struct inner"):
+        btf_member_offsets(obj, {"inner": ("a",)})

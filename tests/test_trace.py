@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from scxctl.cli import app
 from scxctl.commands import trace as trace_cmd
-from scxctl.errors import ExitCode, UsageError
+from scxctl.errors import ExitCode, ScxctlError, UsageError
 from scxctl.trace import deps, hist, wakeup
 from scxctl.trace.hist import SLOTS, Histogram, slot_bounds, slot_of
 
@@ -110,7 +110,7 @@ def test_mean_is_exact_from_the_kernels_sum_and_follows_intervals() -> None:
 
 
 def test_the_program_sums_each_groups_delays() -> None:
-    text = wakeup.program(wakeup.Selector(comms=("a", "b")))
+    text = wakeup.program(wakeup.Selector(comms=("a", "b")), LAYOUT)
     assert "BPF_ARRAY(sumv, u64, GROUPS);" in text and "__sync_fetch_and_add(sum, d);" in text
 
 
@@ -123,24 +123,61 @@ def test_text_rendering_scales_bars_to_the_fullest_row() -> None:
     assert lines[0].endswith("|" + "*" * 10 + "|")
     assert "|*" in lines[-1] and lines[-1].count("*") == 1
 
-# the generated program
+# the generated program: kernel structs read at the offsets of a layout, never through headers
+
+LAYOUT = wakeup.Layout({
+    "task_struct": {"pid": 1000, "tgid": 1004, "comm": 1500, "cgroups": 2000},
+    "css_set": {"dfl_cgrp": 112},
+    "cgroup": {"kn": 256, "level": 216, "ancestors": 2224},
+    "kernfs_node": {"id": 96},
+})
 
 
 def test_program_filters_on_the_woken_tasks_name_and_tgid() -> None:
-    text = wakeup.program(wakeup.Selector(tgid=42, comms=("ab",)))
-    assert "if (tgid != 42)" in text
-    assert "c[0] == 97 && c[1] == 98 && c[2] == 0" in text
-    assert "cgroup" not in text  # no cgroup headers unless asked: they double the compile time
+    text = wakeup.program(wakeup.Selector(tgid=42, comms=("ab",)), LAYOUT)
+    assert "(const char *)p + 1004);" in text and "if (tgid != 42)" in text
+    assert "(const char *)p + 1500);" in text and "c[0] == 97 && c[1] == 98 && c[2] == 0" in text
+    assert "#include" not in text and "cgroup" not in text and "task_struct" not in text
+
+
+def test_the_layout_asks_only_for_what_the_filter_reads() -> None:
+    assert wakeup.layout_members(wakeup.Selector()) == {"task_struct": ("pid",)}
+    named = wakeup.layout_members(wakeup.Selector(tgid=1, prefix="x"))
+    assert named == {"task_struct": ("pid", "tgid", "comm")}
+    ref = wakeup.CgroupRef("/sys/fs/cgroup/a", 5, 1)
+    cg = wakeup.layout_members(wakeup.Selector(cgroup=ref))
+    assert cg == {"task_struct": ("pid", "cgroups"), **wakeup.CGROUP_MEMBERS}
+
+
+def test_the_kernels_layout_comes_from_its_btf() -> None:
+    every = wakeup.layout_members(
+        wakeup.Selector(tgid=1, comms=("a",), cgroup=wakeup.CgroupRef("/sys/fs/cgroup/a", 5, 1)))
+    layout = wakeup.kernel_layout(every)  # this machine's /sys/kernel/btf/vmlinux
+    assert {s: set(m) for s, m in layout.offsets.items()} == {s: set(m) for s, m in every.items()}
+    task = layout.offsets["task_struct"]
+    assert task["tgid"] == task["pid"] + 4  # pid_t pid; pid_t tgid; side by side in every kernel
+
+
+def test_a_kernel_without_btf_is_exit_7(tmp_path: Path) -> None:
+    with pytest.raises(ScxctlError) as err:
+        wakeup.kernel_layout({"task_struct": ("pid",)}, tmp_path / "vmlinux")
+    assert err.value.code == ExitCode.BPF and "cannot read the kernel's BTF" in str(err.value)
+
+
+def test_a_member_the_kernel_lacks_is_exit_7() -> None:
+    with pytest.raises(ScxctlError) as err:
+        wakeup.kernel_layout({"task_struct": ("pid", "no_such_member")})
+    assert err.value.code == ExitCode.BPF and "task_struct.no_such_member" in str(err.value)
 
 
 def test_program_groups_names_and_prefix_has_no_terminator() -> None:
-    text = wakeup.program(wakeup.Selector(comms=("x", "y"), prefix="scx"))
+    text = wakeup.program(wakeup.Selector(comms=("x", "y"), prefix="scx"), LAYOUT)
     assert "return 0;" in text and "return 1;" in text and "#define GROUPS 2" in text
     assert "c[0] == 115 && c[1] == 99 && c[2] == 120)" in text
 
 
 def test_long_names_match_the_kernels_15_characters() -> None:
-    text = wakeup.program(wakeup.Selector(comms=("a" * 20,)))
+    text = wakeup.program(wakeup.Selector(comms=("a" * 20,)), LAYOUT)
     assert "c[14] == 97" in text and "c[15]" not in text
 
 
@@ -152,9 +189,11 @@ def test_cgroup_filter_uses_the_woken_tasks_ancestor_at_the_cgroups_level(tmp_pa
     ref = wakeup.resolve_cgroup("/a/b", root=tmp_path)
     assert (ref.level, ref.id) == (2, d.stat().st_ino)
     assert wakeup.resolve_cgroup(str(d), root=tmp_path) == ref
-    text = wakeup.program(wakeup.Selector(cgroup=ref))
-    assert "#include <linux/cgroup.h>" in text
-    assert "&cg->ancestors[2]" in text and f"id != {ref.id}ULL" in text
+    text = wakeup.program(wakeup.Selector(cgroup=ref), LAYOUT)
+    assert "(const char *)p + 2000);" in text and "(const char *)cs + 112);" in text
+    assert "(const char *)cg + 2240);" in text  # ancestors[2]: 2224 + 2 pointers
+    assert "(const char *)anc + 256);" in text and "(const char *)kn + 96);" in text
+    assert f"id != {ref.id}ULL" in text and "#include" not in text
 
 
 def test_unknown_cgroup_is_a_usage_error(tmp_path: Path) -> None:

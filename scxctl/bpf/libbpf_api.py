@@ -26,6 +26,7 @@ BPF_F_MMAPABLE = 1 << 10
 
 # uapi/linux/btf.h
 BTF_KIND_STRUCT = 4
+BTF_KIND_UNION = 5
 
 
 class OpenOpts(ctypes.Structure):

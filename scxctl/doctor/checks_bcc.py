@@ -14,20 +14,23 @@ from scxctl.errors import ScxctlError
 from scxctl.trace import deps
 
 CID = "bcc"
-# a program that needs the headers (sched.h) and the same flags as the tracer, loaded but not attached
-TRIAL = """#include <linux/sched.h>
-int scxctl_doctor(struct bpf_raw_tracepoint_args *ctx)
+# What the tracer needs, loaded but not attached: bcc with the headers its helpers include, the
+# tracer's flags, and a task member read at the offset the kernel's BTF gives (as the tracer reads)
+TRIAL = """int scxctl_doctor(struct bpf_raw_tracepoint_args *ctx)
 {
-    return sizeof(struct task_struct) > 0 ? 0 : 1;
+    u32 pid = 0;
+    bpf_probe_read_kernel(&pid, sizeof(pid), (const char *)ctx->args[0] + PID_OFFSET);
+    return pid ? 0 : 1;
 }
 """
 
 
 def trial_compile() -> None:
     """Compile and load TRIAL with the tracer's flags, then unload; raises ScxctlError with bcc's reason."""
-    from scxctl.trace.wakeup import compile_program
+    from scxctl.trace.wakeup import compile_program, kernel_layout
 
-    bpf = compile_program(TRIAL)
+    pid_offset = kernel_layout({"task_struct": ("pid",)}).at("task_struct", "pid")
+    bpf = compile_program(TRIAL.replace("PID_OFFSET", str(pid_offset)))
     try:
         bpf.load_func("scxctl_doctor", bpf.RAW_TRACEPOINT)
     except Exception as exc:  # bcc raises bare Exception when the kernel refuses a program

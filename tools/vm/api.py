@@ -59,7 +59,7 @@ class VMResult:
     boot_s: float | None = None  # QEMU start to command start
     accel: str = "tcg"
     qemu_s: float | None = None  # how long QEMU ran (wall_s also counts disk building and queueing)
-    queued_s: float = 0.0  # waiting for other guests (one guest runs at a time per cache)
+    queued_s: float = 0.0  # waiting for host cores other guests held (tools.vm.slots)
     boots: int = 1  # 1 + the retries after guest kernel panics
     tcg_single: bool = False  # the boot that gave this result ran single-threaded TCG
     kernel: str | None = None  # the version spec the guest booted (None: the default kernel)
