@@ -5,8 +5,8 @@ from __future__ import annotations
 from scxctl.btf import Btf, BTFError, Kind
 from scxctl.doctor.checks_kernel import SEE_VERDICT_HINT
 from scxctl.doctor.model import CheckResult, DoctorContext, Status, check, describe_error, result
+from scxctl.sysfs import VMLINUX_BTF
 
-VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
 OPS_STRUCT = "sched_ext_ops"
 
 

@@ -30,6 +30,7 @@ from typing import Any
 from scxctl.bpf.errors import BpfError
 from scxctl.bpf.libbpf import btf_member_offsets
 from scxctl.errors import ExitCode, ScxctlError, UsageError
+from scxctl.sysfs import VMLINUX_BTF
 from scxctl.trace import deps
 from scxctl.trace.hist import SLOTS, Histogram
 
@@ -107,7 +108,6 @@ def _name_test(name: str, exact: bool) -> str:
 
 # What the program reads of the kernel's structs, at offsets from its BTF (kernel_layout)
 CGROUP_MEMBERS = {"css_set": ("dfl_cgrp",), "cgroup": ("kn", "level", "ancestors"), "kernfs_node": ("id",)}
-VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
 
 
 def layout_members(sel: Selector) -> dict[str, tuple[str, ...]]:
@@ -129,7 +129,7 @@ class Layout:
         return self.offsets[struct][member]
 
 
-def kernel_layout(members: dict[str, tuple[str, ...]], btf: Path = VMLINUX_BTF) -> Layout:
+def kernel_layout(members: dict[str, tuple[str, ...]], btf: Path = Path(VMLINUX_BTF)) -> Layout:
     """The running kernel's layout of `members` (layout_members), from its BTF.
 
     Offsets instead of `#include <linux/sched.h>` (and linux/cgroup.h for --cgroup): bcc parsed
@@ -168,10 +168,9 @@ def program(sel: Selector, layout: Layout) -> str:
         "    return pid;",
         "}",
         "",
+        "/* the group of a woken task (pid != 0: stamp() checked), -1 for one the filter drops */",
         "static __always_inline int group_of(const void *p)",
         "{",
-        "    if (pid_of(p) == 0)",
-        "        return -1;",
     ]
     if sel.tgid is not None:
         lines += [
@@ -213,10 +212,12 @@ def program(sel: Selector, layout: Layout) -> str:
         "",
         "static __always_inline int stamp(const void *p)",
         "{",
+        "    u32 pid = pid_of(p);",
+        "    if (pid == 0)  /* the idle task */",
+        "        return 0;",
         "    int g = group_of(p);",
         "    if (g < 0)",
         "        return 0;",
-        "    u32 pid = pid_of(p);",
         "    u64 now = bpf_ktime_get_ns();",
         "    /* a task seen before keeps its entry: rewritten in place, no allocation per wake-up */",
         "    struct stamp *old = start.lookup(&pid);",
