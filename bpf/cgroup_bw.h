@@ -384,9 +384,21 @@ static __always_inline s32 bw_init(void)
 	t = bpf_map_lookup_elem(&bw_timer_map, &key);
 	if (!t)
 		return -ENOMEM;
+	/* -EBUSY on a restart's attachment: set up by the first, stopped by bw_stop() */
 	bpf_timer_init(&t->timer, &bw_timer_map, CLOCK_MONOTONIC);
 	bpf_timer_set_callback(&t->timer, bw_timer_fn);
 	return 0;
+}
+
+/* ops.exit: the release timer must not fire between two attachments of the object */
+static __always_inline void bw_stop(void)
+{
+	struct bw_timer *t;
+	u32 key = 0;
+
+	t = bpf_map_lookup_elem(&bw_timer_map, &key);
+	if (t)
+		bpf_timer_cancel(&t->timer);
 }
 
 #endif /* __PYLAND_CGROUP_BW_H */

@@ -95,6 +95,7 @@ struct task_ctx {
 	u64 direct_gen;		/* enq_cnt of the last wake-up BPF placed itself */
 	u64 wake_gen;		/* enq_cnt of the last wake-up (only its decision moves the grant) */
 	bool direct_wake;	/* the grant: the policy's last answer to a wake-up asked for direct wake-ups */
+	bool enqueued;		/* enqueued since this attachment's ops.init_task (new_direct) */
 	bool bw_was_held;	/* held aside for cpu.max since its last record (told to user space) */
 	u32 bw_nr;		/* entries of bw_chain */
 	u64 cgroup_id;		/* its cgroup (cpu controller), set at init and on every move */
@@ -114,6 +115,7 @@ struct cpu_ctx {
 	u64 dispatch_at;	/* when ops.dispatch last ran here: bounds direct wake-ups (see below) */
 	u64 running_deadline;	/* deadline of the task running here; 0: none to preempt for */
 	bool usersched_queued;	/* built-in DSQs: the scheduler waits in this CPU's local DSQ */
+	u64 rescue_scan_at;	/* last starvation scan of this CPU's DSQ (see rescue_starved) */
 };
 
 struct {
@@ -361,7 +363,7 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct pyland_task *rec;
 	struct task_ctx *tctx;
-	bool placed = false;
+	bool placed = false, first;
 	s32 cpu;
 
 	if (is_usersched(p)) {
@@ -417,6 +419,9 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	tctx->enq_cnt++;
 	if (enq_flags & SCX_ENQ_WAKEUP)
 		tctx->wake_gen = tctx->enq_cnt;
+	/* not enq_cnt == 1: the generation goes on from the last attachment's (ops.init_task) */
+	first = !tctx->enqueued;
+	tctx->enqueued = true;
 
 	/* cpu.max: a task whose cgroup is out of quota waits aside, neither run nor sent to user space */
 	if (bw_active()) {
@@ -441,7 +446,7 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	}
 
 	cpu = scx_bpf_task_cpu(p);
-	if (cfg.new_direct && tctx->enq_cnt == 1) {
+	if (cfg.new_direct && first) {
 		/*
 		 * A task's first enqueue (a fork, or a task that predates the attach): the policy knows
 		 * nothing of it yet, so a round trip buys no better placement than BPF's own, behind the
@@ -796,6 +801,8 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 	bool after_usersched = prev && is_usersched(prev);
 	struct cpu_ctx *cctx = lookup_cpu_ctx(cpu);
 	struct drain_ctx dctx = {};
+	bool scanned = false;
+	int rescued = 0;
 	long drained;
 	u64 now;
 
@@ -834,17 +841,27 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 	if (pyl_cgroup_bw())
 		bw_release_held(bpf_ktime_get_ns());
 
-	/* a task about to trip the watchdog goes before everything else (see rescue_starved) */
+	/*
+	 * A task about to trip the watchdog goes before everything else (see rescue_starved). This
+	 * CPU's DSQ has a period of its own: only this CPU can run its tasks (those pinned here), and
+	 * with one period for the machine the CPUs that dispatch more often took most scans, so a
+	 * pinned 10 ms sleeper waited 1.6 to 4 s instead of starve_ns.
+	 */
 	now = pyl_now();
-	if (shared.starving || now - shared.rescue_scan_at >= RESCUE_PERIOD_NS) {
-		int rescued;
-
-		shared.rescue_scan_at = now;
-		rescued = rescue_starved(cpu_dsq(cpu), now, cpu) + rescue_starved(SHARED_DSQ, now, cpu);
-		shared.starving = rescued > 0;
-		if (rescued)
-			return;
+	if (cctx && (shared.starving || now - cctx->rescue_scan_at >= RESCUE_PERIOD_NS)) {
+		cctx->rescue_scan_at = now;
+		scanned = true;
+		rescued = rescue_starved(cpu_dsq(cpu), now, cpu);
 	}
+	if (!rescued && (shared.starving || now - shared.rescue_scan_at >= RESCUE_PERIOD_NS)) {
+		shared.rescue_scan_at = now;
+		scanned = true;
+		rescued = rescue_starved(SHARED_DSQ, now, cpu);
+	}
+	if (scanned)
+		shared.starving = rescued > 0;
+	if (rescued)
+		return;
 
 	/*
 	 * R3 (2): then the scheduler, if it has work. Each step returns only when a task was really
@@ -992,9 +1009,18 @@ void BPF_STRUCT_OPS(pyland_disable, struct task_struct *p)
 s32 BPF_STRUCT_OPS(pyland_init_task, struct task_struct *p, struct scx_init_task_args *args)
 {
 	struct task_ctx *tctx = bpf_task_storage_get(&task_ctx_stor, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	u64 gen;
 
 	if (!tctx)
 		return -ENOMEM;
+	/*
+	 * A restart attaches this object again, and the task's storage outlives the last attachment:
+	 * start it afresh, but with a newer generation, so that a decision the loop wrote for the last
+	 * attachment and BPF never read can never match the task's next enqueue.
+	 */
+	gen = tctx->enq_cnt + 1;
+	__builtin_memset(tctx, 0, sizeof(*tctx));
+	tctx->enq_cnt = gen;
 	/*
 	 * args->cgroup is a plain pointer to the verifier, which the ancestor walk refuses: the
 	 * cgroup is looked up again by id, a reference the walk accepts.
@@ -1066,7 +1092,13 @@ static void check_progress(void)
 	unsigned long long arg[1];
 	static char fmt[] = "pyland: user space made no progress for %llu ms with work pending";
 
-	if (!cfg.stall_ns)
+	/*
+	 * The clock starts when user space stamps progress_at as its loop begins: ops.init arms this
+	 * timer at the start of the attach, and records queue while the kernel moves every task over,
+	 * with the loop still waiting for its attach call to return. A first attach on a busy TCG host
+	 * took over a second of that, and the heartbeat stopped pyland before its loop had begun.
+	 */
+	if (!cfg.stall_ns || !shared.progress_at)
 		return;
 	if (consumed != shared.progress_seen || !usersched_has_pending()) {
 		shared.progress_seen = consumed;
@@ -1127,7 +1159,6 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(pyland_init)
 	u32 i;
 
 	shared.compat_missing = pyl_compat_missing();
-	shared.progress_at = bpf_ktime_get_ns();	/* check_progress() measures from the attach */
 	/* without it the scheduler's own threads would queue behind the tasks they must decide */
 	if (!cfg.usersched_tgid) {
 		scx_bpf_error("pyland: loaded without the scheduler's TGID");
@@ -1136,6 +1167,13 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(pyland_init)
 	if (nr_cpus > MAX_CPUS) {
 		scx_bpf_error("pyland: %u CPUs, at most %d supported", nr_cpus, MAX_CPUS);
 		return -E2BIG;
+	}
+	/* an attachment after a restart finds the last one's per-CPU state in the map */
+	bpf_for(i, 0, nr_cpus) {
+		struct cpu_ctx *cctx = lookup_cpu_ctx(i);
+
+		if (cctx)
+			__builtin_memset(cctx, 0, sizeof(*cctx));
 	}
 	/* without them pyland runs on the built-in DSQs (see the top of this file) */
 	if (pyl_custom_dsqs()) {
@@ -1159,6 +1197,7 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(pyland_init)
 	hb = bpf_map_lookup_elem(&heartbeat_map, &key);
 	if (!hb)
 		return -ENOMEM;
+	/* -EBUSY on a restart's attachment: the timer was set up by the first, and ops.exit stopped it */
 	bpf_timer_init(&hb->timer, &heartbeat_map, CLOCK_MONOTONIC);
 	bpf_timer_set_callback(&hb->timer, heartbeat_fn);
 	return bpf_timer_start(&hb->timer, cfg.timer_ns, 0);
@@ -1167,6 +1206,21 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(pyland_init)
 /* R9: why the scheduler left, for user space to report (UEI-style copy of struct scx_exit_info) */
 void BPF_STRUCT_OPS(pyland_exit, struct scx_exit_info *ei)
 {
+	struct heartbeat *hb;
+	u32 key = 0;
+
+	/*
+	 * The timers belong to the object, which a restart attaches again: stopped here, they cannot
+	 * fire between two attachments, where the heartbeat would judge a loop that is not running
+	 * and could end the next attachment before it began. No callback re-arms them after this:
+	 * the kernel calls ops.exit once every other callback of this attachment has returned, and
+	 * bpf_timer_cancel() waits for a running timer callback.
+	 */
+	hb = bpf_map_lookup_elem(&heartbeat_map, &key);
+	if (hb)
+		bpf_timer_cancel(&hb->timer);
+	bw_stop();
+
 	bpf_probe_read_kernel_str(shared.exit.reason, sizeof(shared.exit.reason), ei->reason);
 	bpf_probe_read_kernel_str(shared.exit.msg, sizeof(shared.exit.msg), ei->msg);
 	shared.exit.exit_code = ei->exit_code;

@@ -17,10 +17,11 @@ import pytest
 
 from scxctl.bpf.libbpf import BpfObject
 from scxctl.bpf.ringbuf import open_reader, open_writer
-from scxctl.pyland.loop import PolicyFailed, SchedulerLoop
+from scxctl.pyland.loop import PolicyFailed, SchedulerLoop, discard_records
 from scxctl.pyland.policies.loader import load_policy
 from scxctl.pyland.policy import Decision, Policy, PolicyOptions, Task
-from scxctl.pyland.records import NR_CONSUMED, NR_SCHEDULED, NR_WRITTEN, POLICY_SINCE
+from scxctl.pyland.records import EXIT_INFO, EXIT_OFFSET, NR_CONSUMED, NR_SCHEDULED, NR_WRITTEN, POLICY_SINCE
+from scxctl.pyland.scheduler import RunOptions, Scheduler
 from scxctl.pyland.shared import SharedState
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -219,6 +220,42 @@ def test_batch_limit_and_empty_ring(harness: Harness) -> None:
     assert harness.yields == 0  # nothing read: no pointless yield
     harness.feed(40)
     assert [loop.step(), loop.step(), loop.step(), loop.step()] == [16, 16, 8, 0]
+
+
+def test_discard_records_empties_the_ring(harness: Harness) -> None:
+    harness.feed(300)
+    assert discard_records(harness.reader) == 300
+    assert not harness.reader.has_data()
+    assert discard_records(harness.reader) == 0
+
+
+def test_a_restart_readies_the_loaded_object_as_if_freshly_loaded(harness: Harness) -> None:
+    """A restart attaches the same object again: the records the loop never read are dropped, .bss
+    (counters and the last exit info) is zeroed, and a new loop counts from 0 while the run's
+    totals keep what the last one did."""
+    loop = harness.loop(fifo())
+    harness.feed(30)
+    assert loop.step() == 30
+    harness.feed(20)  # still in the ring when the kernel ended the attachment
+    EXIT_INFO.pack_into(harness.obj.map(".bss").initial_value(), EXIT_OFFSET, 66, 1 << 48,
+                        b"unregistered from the kernel", b"cpu 1 going offline")
+    s = Scheduler(RunOptions())
+    s.shared, s.loop, s.policy = harness.shared, loop, loop.policy
+    s._confirmed = s._kernel_exit = True
+    s._reset_attachment()
+    assert not harness.reader.has_data()
+    assert harness.shared.exit_kind() == 0 and harness.shared.exit_info().msg == ""
+    assert set(harness.shared.snapshot().values()) == {0}
+    assert s.loop is not loop and s.loop.policy is loop.policy and s.loop.reader is harness.reader
+    assert s.loop.stats.consumed == 0 and s._stats()["consumed"] == 30
+    # the run's summary counts BPF's events over both attachments; gauges are the current ones
+    assert s._bpf_stats()["nr_queued"] == 50 and s._bpf_stats()["nr_consumed"] == 30
+    assert (s._confirmed, s._kernel_exit) == (False, False)
+    harness.feed(5, enq_base=100)
+    assert s.loop.step() == 5
+    assert harness.shared.counters[NR_CONSUMED] == 5 and s._stats()["consumed"] == 35
+    assert s._bpf_stats()["nr_queued"] == 55 and s._bpf_stats()["nr_consumed"] == 35
+    assert s._bpf_stats()["nr_scheduled"] == harness.shared.get("nr_scheduled")
 
 
 def test_policy_exception_is_wrapped_with_the_policy_name(harness: Harness) -> None:

@@ -2,7 +2,7 @@
 
 Every test asserts the counter or the message that proves its path ran:
 - a policy stuck in decide() under a stress-ng mix: detached within a second of its 100 ms budget,
-  exit 1 naming the policy and where it was; a pinned probe task never waits 1.5 s;
+  exit 1 naming the policy and where it was; a pinned probe task never waits 1.5 s then;
 - SIGTERM while the policy is stuck (no watchdog): exit within 2 s; a policy that swallows the
   first signal: the second one exits at once (130);
 - the BPF core on its own: a stopped scheduler process (SIGSTOP) is stopped by the BPF heartbeat
@@ -10,10 +10,12 @@ Every test asserts the counter or the message that proves its path ran:
 - stale decisions, the starvation rescue, and decisions with an impossible CPU and an oversized
   slice (nr_stale, nr_rescued, nr_malformed, nr_clamped, nr_bounced);
 - CPU hotplug: cpu1 offline then online under stress: enabled again within 5 s of each
-  unregistration, the same process, two restarts;
+  unregistration, the same process and the same loaded object (nothing loaded again), two restarts;
 - an object configured without the scheduler's TGID refuses to run (ops.init fails);
 - overload: a slow policy under a thousand waking threads fills a small queued ring (nr_ring_full),
-  or passes the backlog limit (nr_backlog); BPF places those tasks and pyland stays attached.
+  or passes the backlog limit (nr_backlog); BPF places those tasks and pyland stays attached;
+- a restart's second attachment of the same object: a decision left from the first is stale
+  (nr_stale), and no BPF timer ran between the two.
 
 Scenarios that leave tasks waiting for a stuck policy without a watchdog run pyland with --partial
 and only their victims in SCHED_EXT, so that the script driving them is not among the waiting.
@@ -79,11 +81,15 @@ while time.monotonic() < end:
     time.sleep(0.0005)
 PY
 cat >/tmp/probe.py <<'PY'
-import sys, time
-end, worst = time.monotonic() + float(sys.argv[1]), 0.0
-while time.monotonic() < end:
-    t = time.monotonic(); time.sleep(0.01); worst = max(worst, time.monotonic() - t - 0.01)
-print(f"{worst:.4f}")
+import os, sys, time
+# every wait past a 10 ms sleep over 50 ms: "END WAIT", END on CLOCK_REALTIME (the monitor's
+# clock); until the file STOP exists, at most SECONDS
+end, stop = time.monotonic() + float(sys.argv[1]), sys.argv[2]
+while time.monotonic() < end and not os.path.exists(stop):
+    t = time.monotonic(); time.sleep(0.01); w = time.monotonic() - t - 0.01
+    if w > 0.05:
+        print(f"{time.clock_gettime(time.CLOCK_REALTIME):.6f} {w:.4f}", flush=True)
+print(f"{time.clock_gettime(time.CLOCK_REALTIME):.6f} end")
 PY
 cat >/tmp/monitor.py <<'PY'
 import sys, time
@@ -106,15 +112,17 @@ PY
 
 # 1. stuck policy, full mode, stress-ng mix, watchdog at 100 ms
 start stuck stuck
-python3 /tmp/monitor.py 25 >"$R/stuck.monitor" &
+python3 /tmp/monitor.py 120 >"$R/stuck.monitor" &
 mon=$!
-taskset -c 0 python3 /tmp/probe.py 12 >"$R/stuck.probe" &
+rm -f /tmp/probe.stop
+taskset -c 0 python3 /tmp/probe.py 120 /tmp/probe.stop >"$R/stuck.probe" &
 probe=$!
 stress-ng --cpu 2 --sleep 2 --pipe 1 --timeout 10s >/dev/null 2>&1 &
 stress=$!
 sleep 3; touch $ARM_FILE
 wait $pid; echo $? >"$R/stuck.rc"
 snap stuck.after
+sleep 2; touch /tmp/probe.stop  # the probe goes on under the default scheduler a while
 wait $probe $stress; kill $mon 2>/dev/null; wait $mon 2>/dev/null
 stress-ng --cpu 1 --timeout 2s >/dev/null 2>&1; echo $? >"$R/stuck.default_runs.rc"
 
@@ -228,6 +236,80 @@ for o in ring:--ring-kib=16:--max-backlog=1000000 backlog:--max-backlog=16; do
     snap $name.after_stress
     finish $name
 done
+
+# 10. a restart attaches the loaded object again: what the last attachment left must not act in the
+# next. pyland with --partial (everything through the ring) and one SCHED_EXT task, which wakes
+# once, gets its decision, and sleeps; while detached the same decision is written again, as a loop
+# cut off by a restart leaves one, and the object is readied and attached as `scxctl run` does. The
+# decision must be stale (the task sleeps: matching, it would put a sleeping task on a DSQ), and the
+# heartbeat timer must not run between the two attachments.
+python3 - >"$R/relink.txt" 2>&1 <<'PY'
+import select, subprocess, sys, time
+from scxctl.bpf import object as bpfobject
+from scxctl.bpf.ringbuf import open_reader, open_writer
+from scxctl.pyland.loop import discard_records
+from scxctl.pyland.records import DECISION, PROGRESS_AT, TASK
+from scxctl.pyland.scheduler import PARTIAL_OPS_MAP, RunOptions, open_configured
+from scxctl.pyland.shared import SharedState
+
+def state():
+    with open("/sys/kernel/sched_ext/state") as f:
+        return f.read().strip()
+
+def wait(cond, seconds):
+    end = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
+
+opts = RunOptions(partial=True, builtin_idle=False, direct_wake=False, new_direct=False)
+obj = open_configured(bpfobject.resolve(False), opts)
+obj.load()
+shared = SharedState(obj.map(".bss").initial_value())
+reader, writer = open_reader(obj.map("queued").fd), open_writer(obj.map("dispatched").fd)
+link = obj.attach_struct_ops(PARTIAL_OPS_MAP)
+assert wait(lambda: state() == "enabled", 30), state()
+child = subprocess.Popen([sys.executable, "-c", "import os, time\n"
+                          "os.sched_setscheduler(0, 7, os.sched_param(0))\n"
+                          "time.sleep(0.3)\nprint('asleep', flush=True)\ntime.sleep(600)\n"],
+                         stdout=subprocess.PIPE, text=True)
+last, asleep_at, records = None, None, []
+end = time.monotonic() + 20
+while time.monotonic() < end and (asleep_at is None or time.monotonic() - asleep_at < 1.0):
+    records.clear()
+    reader.read_batch(TASK, records, 64)
+    for rec in records:  # pid, any CPU, no flags, default slice, deadline 0, its vtime, its generation
+        values = (rec[0], -1, 0, 0, 0, rec[9], rec[10])
+        writer.write(DECISION, *values)
+        if rec[0] == child.pid:
+            last = values
+    if asleep_at is None and select.select([child.stdout], [], [], 0)[0]:
+        child.stdout.readline()
+        asleep_at = time.monotonic()
+    time.sleep(0.005)
+assert last is not None, "no record of the child"
+link.destroy()
+assert wait(lambda: shared.exit_kind() != 0, 10)
+discard_records(reader)
+shared.clear()
+# as if a loop ran: a heartbeat still running would stamp progress_at anew (nothing is pending)
+shared.counters[PROGRESS_AT] = 1
+time.sleep(0.5)
+timer_stopped = int(shared.get("progress_at") == 1)
+shared.clear()
+writer.write(DECISION, *last)
+link = obj.attach_struct_ops(PARTIAL_OPS_MAP)
+enabled = int(wait(lambda: state() == "enabled", 30))
+time.sleep(2.0)
+after = shared.snapshot()
+print(f"timer_stopped={timer_stopped} enabled={enabled} exit_kind={shared.exit_kind()} "
+      f"stale={after['nr_stale']} dispatched={after['nr_dispatched']}")
+link.destroy()
+child.kill()
+PY
+snap relink.after
 exit 0
 """
 
@@ -278,7 +360,20 @@ def test_stuck_policy_is_detached_within_a_second_of_its_budget(guest: Path) -> 
     disabled_at = [float(t) for t, s in changes if s == "disabled" and float(t) > stuck_at]
     assert disabled_at, changes
     assert disabled_at[0] - stuck_at < 1.1, (stuck_at, changes)
-    assert float(read(guest, "stuck.probe")) < 1.5
+    # The probe's waits that overlap the stuck policy's time, from its getting stuck to a second
+    # after pyland was detached. Its waits before that are not the stuck policy's: under this load
+    # on single-threaded TCG the deadline policy's ordering leaves the pinned probe waiting until
+    # the starvation rescue (1 s) again and again, printed here beside the ones this test bounds.
+    lines = [line.split() for line in read(guest, "stuck.probe").splitlines()]
+    assert lines and lines[-1][1] == "end", lines  # it ran to its end
+    waits = [(float(end), float(w)) for end, w in lines[:-1]]
+    since, until = stuck_at, disabled_at[0] + 1.0
+    assert float(lines[-1][0]) > until, ("the probe ended before the window did", lines[-1], until)
+    during = [w for end, w in waits if end >= since and end - w <= until]
+    before = [w for end, w in waits if end < since]
+    print(f"\nprobe: longest wait while stuck {max(during, default=0):.3f} s; before it "
+          f"{max(before, default=0):.3f} s ({len(before)} waits over 50 ms)")
+    assert max(during, default=0.0) < 1.5, (stuck_at, until, waits)
     assert read(guest, "stuck.after.txt").split() == ["state=disabled", "ops=none"]
     assert read(guest, "stuck.default_runs.rc").strip() == "0"
 
@@ -338,15 +433,16 @@ def test_cpu_hotplug_restarts_pyland_in_the_same_process(guest: Path) -> None:
         assert read(guest, f"hotplug.{step}.rc").strip() == "0", log[-3000:]
         assert read(guest, f"hotplug.{step}.pids").split() == [pid]
     events = json_lines(log)
-    gaps = []
+    gaps, reattached = [], []
     for i, e in enumerate(events):
         if e.get("event") == "pyland detached" and e.get("reason") == "kernel":
             enabled = next(x for x in events[i:] if x.get("event") == "pyland enabled")
             gaps.append((_when(enabled) - _when(e)).total_seconds())
-    # Most of a gap is loading the object again on the one CPU left, beside the stress load: 1.2 to
-    # 2.2 s since the verifier's walk of ops.dispatch shrank (load_ms in the "pyland enabled" event
-    # says which part grew when this fails); gaps of 1.4 and 2.5 s in the run that set this bound.
-    assert len(gaps) == 2 and all(g < 5.0 for g in gaps), (gaps, log[-3000:])
+            reattached.append(enabled)
+    # The loaded object is attached again, never loaded again (load_ms 0): loading verified every
+    # program on the one CPU left beside the stress load, and took up to 4.7 s of a 5.5 s gap.
+    assert len(gaps) == 2 and all(g < 5.0 for g in gaps), (gaps, reattached, log[-3000:])
+    assert [e["load_ms"] for e in reattached] == [0.0, 0.0], reattached
     restarts = [e for e in events if e.get("event") == "pyland restarting"]
     assert len(restarts) == 2, log[-3000:]
     assert all("going offline" in e["reason"] or "coming online" in e["reason"] or "online" in e["reason"]
@@ -369,3 +465,12 @@ def test_overload_falls_back_to_bpf_and_stays_attached(guest: Path, name: str, c
     assert read(guest, f"{name}.after_stress.txt").split() == ["state=enabled", "ops=pyland"], log[-2000:]
     assert read(guest, f"{name}.rc").strip() == "0", log[-2000:]
     assert summary_counter(log, counter) > 0, log[-2000:]
+
+
+def test_a_restart_attachment_drops_what_the_last_one_left(guest: Path) -> None:
+    out = read(guest, "relink.txt")
+    fields = dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
+    assert fields.get("enabled") == "1" and fields.get("exit_kind") == "0", out
+    assert fields["timer_stopped"] == "1", out  # ops.exit stopped the heartbeat
+    assert (fields["stale"], fields["dispatched"]) == ("1", "0"), out  # a newer generation at ops.init_task
+    assert read(guest, "relink.after.txt").split() == ["state=disabled", "ops=none"]

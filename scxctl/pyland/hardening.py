@@ -19,9 +19,9 @@ from scxctl import log as logsetup
 log = logsetup.get_logger("scxctl.pyland")
 
 MCL_CURRENT, MCL_FUTURE = 1, 2
-# While it loads and attaches the object (start-up, a restart after CPU hotplug) the default
-# scheduler runs this process, beside the load it is about to schedule. At nice 0, a restart on one
-# CPU left to a stress-ng mix took 30 s to load the object, against 1.5 s at start-up. Only then:
+# While it loads and attaches the object (start-up; a restart after CPU hotplug attaches again) the
+# default scheduler runs this process, beside the load it is about to schedule. At nice 0, loading
+# on the one CPU a hotplug left to a stress-ng mix took 30 s, against 1.5 s at start-up. Only then:
 # with --partial the loop itself stays a normal task, and a policy spinning at nice -20 stalled the
 # shell that was to stop it for 30 s.
 SET_UP_NICE = -20
@@ -48,10 +48,10 @@ _locked = False  # mlockall(MCL_FUTURE) succeeded: every later mapping is locked
 def harden() -> None:
     """Lock memory and stop the garbage collector; called before each attach.
 
-    Memory is locked once: MCL_FUTURE locks what a restart maps (the new object's maps and rings)
-    as it maps it, and a second mlockall(MCL_CURRENT) only walks every page of the process again,
-    on the restart's critical path (the one CPU left after a hotplug, under load). The collection
-    is cheap after the first: frozen objects are never looked at again.
+    Memory is locked once: MCL_FUTURE locks whatever is mapped later as it is mapped, and a second
+    mlockall(MCL_CURRENT) only walks every page of the process again, on the restart's critical
+    path (the one CPU left after a hotplug, under load). The collection is cheap after the first:
+    frozen objects are never looked at again.
     """
     global _locked
     if not _locked:

@@ -44,6 +44,16 @@ from scxctl.pyland.records import (
 from scxctl.pyland.shared import SharedState
 
 DEFAULT_BATCH = 256
+
+
+def discard_records(reader: Reader) -> int:
+    """Read and drop what is left in the queued ring; the number of records dropped."""
+    out: list[tuple[object, ...]] = []
+    dropped = 0
+    while n := reader.read_batch(TASK, out, DEFAULT_BATCH):
+        dropped += n
+        out.clear()
+    return dropped
 DEFAULT_WAIT_S = 0.1  # epoll timeout when idle: also the period of stats and exit checks
 
 

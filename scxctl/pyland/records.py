@@ -110,6 +110,7 @@ NR_CONSUMED = COUNTER_INDEX["nr_consumed"]
 NR_SCHEDULED = COUNTER_INDEX["nr_scheduled"]
 NR_WRITTEN = COUNTER_INDEX["nr_written"]
 POLICY_SINCE = COUNTER_INDEX["policy_since"]
+PROGRESS_AT = COUNTER_INDEX["progress_at"]  # stamped by user space as its loop starts
 EXIT_OFFSET = 8 * len(SHARED_COUNTERS)
 # struct pyland_exit_info: kind, exit_code, reason[128], msg[1024]
 EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")

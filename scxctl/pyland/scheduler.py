@@ -13,8 +13,10 @@ Order matters and each step says why:
    can fail after a "successful" attach);
 4. every exit path detaches (try/finally, atexit, SIGINT/SIGTERM through the loop, the policy
    watchdog), then reports the exit kind, reason and message the BPF side recorded in ops.exit;
-5. when the kernel asks for a restart (CPU hotplug), the object is opened and attached again with
+5. when the kernel asks for a restart (CPU hotplug), the same loaded object is attached again with
    the same policy object, so the policy keeps its state; a bounded number of times per minute.
+   Loading again would verify every program again: seconds under TCG, and the one CPU a hotplug
+   may have left is then shared with the load that waits for a scheduler.
 
 Signals: the first SIGINT/SIGTERM stops the loop; inside the policy's code it also unwinds the
 policy (StopRequested), so a stuck policy cannot hold the exit. A second one detaches and exits at
@@ -38,17 +40,17 @@ from pathlib import Path
 
 from scxctl import log as logsetup
 from scxctl.bpf import object as bpfobject
-from scxctl.bpf.libbpf import BpfError, BpfLink, BpfObject
+from scxctl.bpf.libbpf import BpfLink, BpfObject
 from scxctl.bpf.ringbuf import open_reader, open_writer
 from scxctl.errors import ExitCode
 from scxctl.pyland.bpf_config import PylandConfig
 from scxctl.pyland.cgroup_report import CgroupReport
 from scxctl.pyland.hardening import harden, set_up_priority
-from scxctl.pyland.loop import PolicyFailed, SchedulerLoop
+from scxctl.pyland.loop import PolicyFailed, SchedulerLoop, discard_records
 from scxctl.pyland.policies.loader import load_policy
 from scxctl.pyland.policy import NSEC_PER_MSEC, NSEC_PER_USEC, Policy, PolicyOptions
 from scxctl.pyland.preflight import preflight
-from scxctl.pyland.records import COMPAT_MISSING, OPS_NAME, POLICY_SINCE
+from scxctl.pyland.records import COMPAT_MISSING, OPS_NAME, POLICY_SINCE, PROGRESS_AT, SHARED_COUNTERS
 from scxctl.pyland.run_result import RunResult, outcome, too_many_restarts
 from scxctl.pyland.shared import ExitInfo, SharedState
 from scxctl.pyland.watchdog import PolicyStuck, PolicyWatchdog, StuckReport
@@ -65,6 +67,10 @@ SCX_ECODE_ACT_RESTART = 1 << 48
 RESTART_KINDS = (65, 66)  # UNREG_BPF, UNREG_KERN: the only kinds a restart request comes with
 RESTART_LIMIT = 10  # restarts within RESTART_WINDOW_S before giving up (a hotplug storm, a bug)
 RESTART_WINDOW_S = 60.0
+# the shared counters that count events, summed over a run's attachments; the others are gauges
+# (tasks enabled, cgroups with a quota, the loop's pool) or times
+EVENT_COUNTERS = tuple(n for n in SHARED_COUNTERS
+                       if n.startswith("nr_") and n not in ("nr_enabled", "nr_bw_cgroups", "nr_scheduled"))
 
 
 class StopRequested(BaseException):
@@ -104,13 +110,16 @@ def policy_options(opts: RunOptions) -> PolicyOptions:
                          min_slice_ns=opts.slice_min_us * NSEC_PER_USEC, builtin_idle=opts.builtin_idle)
 
 
-def open_configured(path: Path, opts: RunOptions, hotplug_seq: int | None = None) -> BpfObject:
+def open_configured(path: Path, opts: RunOptions) -> BpfObject:
     """The pyland object opened and configured for `opts`, not yet loaded.
 
     The one place that configures the object, so that `scxctl doctor`'s trial load verifies exactly
     what `scxctl run` would load: the same .rodata and the same one of the two struct_ops maps.
-    `hotplug_seq` (from sysfs, read before this) makes the kernel refuse the attach, or ask for a
-    restart, when a CPU came or went in between: the object was sized for the CPUs seen here."""
+
+    The ops' `hotplug_seq` stays 0. Set, it makes the kernel end an attachment made after a CPU came
+    or went since the object was opened; but a struct_ops value is fixed once created, so a restart
+    could then never attach this object again. Nothing here depends on which CPUs are online: the
+    BPF core sizes everything by nr_cpu_ids, the possible CPUs, which hotplug does not change."""
     popts = policy_options(opts)
     obj = BpfObject.open(path, sysroot=opts.sysroot)
     try:
@@ -131,10 +140,6 @@ def open_configured(path: Path, opts: RunOptions, hotplug_seq: int | None = None
             obj.program(BANDWIDTH_PROG).set_autoload(False)
         if opts.ring_kib:
             obj.map("queued").set_max_entries(opts.ring_kib * 1024)
-        if hotplug_seq:
-            off = obj.member_offset("sched_ext_ops", "hotplug_seq")
-            ops = obj.map(PARTIAL_OPS_MAP if opts.partial else OPS_MAP).initial_value()
-            struct.pack_into("=Q", ops, off, hotplug_seq)
     except BaseException:
         obj.close()
         raise
@@ -181,19 +186,19 @@ class Scheduler:
         self.restarts = 0
         self._restart_times: collections.deque[float] = collections.deque()
         self._totals: collections.Counter[str] = collections.Counter()  # loop stats of earlier attaches
+        self._bpf_totals: collections.Counter[str] = collections.Counter()  # BPF's, EVENT_COUNTERS only
         self._stop = _Stop()
         self._confirmed = False
         self._attach_deadline = 0.0
         self._next_stats = 0.0
         self._kernel_exit = False
         self._in_loop = False
-        self._hotplug_refused = False
         self._detach_lock = threading.Lock()
         # how long the last set-up took, in the "pyland enabled" event: a slow restart shows where
         self._load_ms = 0.0
         self._attach_ms = 0.0
         self._attach_started = 0.0
-        self._close_ms = 0.0  # a restart: closing the object the kernel unregistered
+        self._reset_ms = 0.0  # a restart: readying the object the kernel unregistered
         self._harden_ms = 0.0
 
     # -- set-up, all before attach
@@ -214,8 +219,7 @@ class Scheduler:
         """Open, configure and load a fresh object; the policy object is kept across restarts."""
         assert self.path is not None and self.policy is not None
         t0 = time.monotonic()
-        hotplug_seq = read_sched_ext(self.opts.sysroot).hotplug_seq
-        self.obj = obj = open_configured(self.path, self.opts, hotplug_seq)
+        self.obj = obj = open_configured(self.path, self.opts)
         obj.load()
         self._load_ms = round((time.monotonic() - t0) * 1e3, 1)
         self.shared = SharedState(obj.map(".bss").initial_value())
@@ -260,7 +264,7 @@ class Scheduler:
             if st.enabled and st.ops == OPS_NAME:
                 self._confirmed = True
                 log.info("pyland enabled", state=st.state, ops=st.ops, switch_all=st.switch_all,
-                         restarts=self.restarts, close_ms=self._close_ms, load_ms=self._load_ms,
+                         restarts=self.restarts, reset_ms=self._reset_ms, load_ms=self._load_ms,
                          harden_ms=self._harden_ms, attach_ms=self._attach_ms,
                          enabled_ms=round((now - self._attach_started) * 1e3, 1))
                 if missing := compat_missing(self.shared.snapshot()["compat_missing"]):
@@ -318,6 +322,7 @@ class Scheduler:
                 if len(self._restart_times) >= RESTART_LIMIT:
                     return too_many_restarts(self._result(info, failure), len(self._restart_times),
                                              RESTART_WINDOW_S)
+                assert info is not None  # a restart is only asked for with exit info
                 self._restart(info)
         finally:
             self.detach()
@@ -337,40 +342,51 @@ class Scheduler:
             self._restart_times.popleft()
         return True
 
-    def _restart(self, info: ExitInfo | None) -> None:
+    def _restart(self, info: ExitInfo) -> None:
         self.restarts += 1
         self._restart_times.append(time.monotonic())
-        log.warning("pyland restarting", reason=info.describe() if info else "attach refused",
+        log.warning("pyland restarting", reason=info.describe(),
                     restarts=self.restarts, restarts_in_window=len(self._restart_times))
         t0 = time.monotonic()
-        self._close_object()
-        self._close_ms = round((time.monotonic() - t0) * 1e3, 1)
+        self._reset_attachment()
+        self._reset_ms = round((time.monotonic() - t0) * 1e3, 1)
+        self._load_ms = 0.0  # nothing is loaded again
         self._stop.reason = None
-        gc.enable()  # the new object's set-up allocates; frozen again before the next attach
-        with set_up_priority():
-            self._open()
+
+    def _reset_attachment(self) -> None:
+        """Make the detached object look freshly loaded to its next attachment.
+
+        The kernel finished with the last one (detach() waits for its disable work, ops.exit
+        stopped the BPF timers), so nothing writes the maps until the next attach. BPF resets its
+        per-task and per-CPU state itself (ops.init_task, ops.init); the records the loop had not
+        read are dropped here, as a new object's empty ring would, and .bss is zeroed: the
+        counters of one attachment and its exit info, which a new attachment must not see.
+        """
+        assert self.loop is not None and self.shared is not None
+        self.detach()
+        self._totals.update(self.loop.stats.as_dict())
+        snap = self.shared.snapshot()
+        self._bpf_totals.update({k: snap[k] for k in EVENT_COUNTERS})
+        reader, writer = self.loop.reader, self.loop.writer
+        dropped = discard_records(reader)
+        self.shared.clear()
+        self.loop = SchedulerLoop(reader, writer, self.shared, self.loop.policy)
+        self._confirmed = False
+        self._kernel_exit = False
+        if dropped:
+            log.info("pyland dropped records of the last attachment", records=dropped)
 
     def _attach(self) -> None:
-        """Attach; a refusal because a CPU came or went since the object was opened is a restart."""
-        assert self.obj is not None and self.shared is not None
-        seq = read_sched_ext(self.opts.sysroot).hotplug_seq
+        assert self.obj is not None
         self._attach_started = time.monotonic()
-        try:
-            self.link = self.obj.attach_struct_ops(PARTIAL_OPS_MAP if self.opts.partial else OPS_MAP)
-            self._attach_ms = round((time.monotonic() - self._attach_started) * 1e3, 1)
-        except BpfError:
-            if read_sched_ext(self.opts.sysroot).hotplug_seq == seq:
-                raise
-            self._stop.reason = "kernel"
-            self._kernel_exit = True
-            self._hotplug_refused = True
+        self.link = self.obj.attach_struct_ops(PARTIAL_OPS_MAP if self.opts.partial else OPS_MAP)
+        self._attach_ms = round((time.monotonic() - self._attach_started) * 1e3, 1)
 
     def _run_attached(self, rfd: int) -> tuple[ExitInfo | None, PolicyFailed | None]:
         """One attachment: attach, watch the policy, loop, detach; the exit info ops.exit recorded."""
         assert self.obj is not None and self.loop is not None and self.shared is not None
         assert self.policy is not None
         failure: PolicyFailed | None = None
-        self._hotplug_refused = False
         t0 = time.monotonic()
         harden()
         now = time.monotonic()
@@ -379,9 +395,6 @@ class Scheduler:
         self._next_stats = now + self.opts.stats_interval
         with set_up_priority():
             self._attach()
-        if self._hotplug_refused:
-            refused = ExitInfo(66, SCX_ECODE_ACT_RESTART, "attach refused", "a CPU came or went in set-up")
-            return refused, None
         if self.opts.policy_budget_ms > 0:
             self.watchdog = PolicyWatchdog(self.shared.counters, self.opts.policy_budget_ms * NSEC_PER_MSEC,
                                            self.policy.name, _policy_file(self.policy), self.detach,
@@ -389,6 +402,8 @@ class Scheduler:
             self.watchdog.start()
         try:
             self._in_loop = True
+            # the BPF heartbeat judges the loop from here, not from the attach (check_progress)
+            self.shared.counters[PROGRESS_AT] = time.monotonic_ns()
             self.loop.run(self._stop, self._service, extra_fds=(rfd,))
         except PolicyFailed as exc:
             failure = exc
@@ -429,11 +444,17 @@ class Scheduler:
         totals.update(self.loop.stats.as_dict())
         return {k: totals[k] for k in self.loop.stats.as_dict()}
 
+    def _bpf_stats(self) -> dict[str, int]:
+        """The shared counters now, with the events of earlier attachments added in."""
+        assert self.shared is not None
+        snap = self.shared.snapshot()
+        return {k: v + self._bpf_totals[k] for k, v in snap.items()}
+
     def _result(self, info: ExitInfo | None, failure: PolicyFailed | None) -> RunResult:
         assert self.loop is not None and self.shared is not None
         return outcome(info, stuck=self.stuck, failure=failure, stop_reason=self._stop.reason,
                        kernel_exit=self._kernel_exit, loop_stats=self._stats(),
-                       bpf_stats=self.shared.snapshot(), restarts=self.restarts)
+                       bpf_stats=self._bpf_stats(), restarts=self.restarts)
 
     def close(self) -> None:
         t0 = time.monotonic()

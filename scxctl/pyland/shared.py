@@ -93,6 +93,10 @@ class SharedState:
         kind, code, reason, msg = EXIT_INFO.unpack_from(self._raw, EXIT_OFFSET)
         return ExitInfo(kind, code, _cstr(reason), _cstr(msg))
 
+    def clear(self) -> None:
+        """Zero the whole area, as a freshly loaded object's .bss is (a restart attaches again)."""
+        self._raw[:SHARED_SIZE] = bytes(SHARED_SIZE)
+
     def release(self) -> None:
         """Drop our views so the underlying mmap can be closed."""
         self.counters.release()
