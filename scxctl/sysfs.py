@@ -114,7 +114,6 @@ class SchedExtStatus:
     switch_all: bool | None
     nr_rejected: int | None
     enable_seq: int | None
-    hotplug_seq: int | None = None  # bumped by every CPU hotplug; a scheduler must restart across one
 
     @property
     def enabled(self) -> bool:
@@ -177,7 +176,6 @@ def read_sched_ext(sysroot: SysRoot | None = None) -> SchedExtStatus:
         switch_all=None if switch_all is None else switch_all == "1",
         nr_rejected=_int_or_none(get("nr_rejected")),
         enable_seq=_int_or_none(get("enable_seq")),
-        hotplug_seq=_int_or_none(get("hotplug_seq")),
     )
 
 
