@@ -1,8 +1,7 @@
 """A policy that misbehaves on purpose, to force pyland's safety paths in the VM tests.
 
 The built-in "deadline" policy until the file $ARM_FILE exists (looked for every 50 ms; loading and
-validation see a well-behaved policy), or $ARM_AFTER_S seconds after its first decision (a shell
-that would touch the file may itself wait for the scheduler), then what PYLAND_TEST_MODE says:
+validation see a well-behaved policy), then what PYLAND_TEST_MODE says:
 
 - stuck:    decide() never returns (writes the time it got stuck to $STUCK_FILE first);
 - swallow:  as stuck, and swallows every exception, BaseException included;
@@ -34,8 +33,6 @@ class Misbehave(DeadlinePolicy):
         self.slow_s = float(os.environ.get("SLOW_S", "0.002"))
         self.starve = os.environ.get("STARVE_COMM", "starveme").encode().ljust(16, b"\0")
         self.stuck_file = os.environ.get("STUCK_FILE", "/tmp/stuck_at")
-        self.arm_after = float(os.environ.get("ARM_AFTER_S", "0"))
-        self.first = 0.0
 
     def decide(self, task: Task, decision: Decision) -> None:
         super().decide(task, decision)
@@ -44,9 +41,7 @@ class Misbehave(DeadlinePolicy):
             if now < self.next_look:
                 return
             self.next_look = now + 0.05
-            self.first = self.first or now
-            self.armed = os.path.exists(self.arm_file) or (
-                self.arm_after > 0 and now - self.first >= self.arm_after)
+            self.armed = os.path.exists(self.arm_file)
             if not self.armed:
                 return
         if self.mode in ("stuck", "swallow"):
