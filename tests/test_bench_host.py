@@ -171,8 +171,10 @@ def test_adaptive_priority_latencies_are_sane(full_run: dict[str, Any]) -> None:
         if m["metric"] is not None:
             # the report rounds the metric to 4 decimals (converge.py), the percentiles less coarsely
             assert m["metric"] == pytest.approx(m["fast"]["p90_ns"] / m["slow"]["p90_ns"], rel=1e-3, abs=5e-5)
-    final = t["final"]
-    assert final["fast"]["count"] > 0  # the fast worker sleeps 9.9 ms every round: always sampled
+    # The fast worker sleeps 9.9 ms every round trip, so a run samples it. One short measurement
+    # may not: on a loaded host the controller can post before the worker is back in FUTEX_WAIT,
+    # and a wake-up that did not sleep is not sampled (schtest's rule); the report flags that.
+    assert sum(m["fast"]["count"] for m in t["measurements"]) > 0
     assert t["unreliable"] == (t["status"] == "unreliable")
 
 
