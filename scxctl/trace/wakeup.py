@@ -3,9 +3,11 @@
 Raw tracepoints: `sched_wakeup` / `sched_wakeup_new` stamp the woken task, `sched_switch` stamps a
 `prev` that stays runnable (preempted) and turns the stamp of `next` into a delay. Only tasks the
 selector wants are stamped, so the filter (tgid, comm, cgroup of the woken task, not the waker's)
-runs in BPF and unwanted tasks cost one hash lookup at switch-in (the idle task none). A task's
-stamp is rewritten in place and disarmed (ts = 0) when it runs, not deleted: no allocation per
-wake-up. Delays go into per-group quarter-octave histograms (scxctl.trace.hist) with each group's
+runs in BPF and unwanted tasks cost one hash lookup at switch-in (the idle task none). Stamps are
+keyed by the task_struct's address, which the tracepoints pass, so the hot path reads no task
+member but what the filter needs. A stamp is rewritten in place and disarmed (ts = 0) when its task
+runs, not deleted: no allocation per wake-up, and a later task at a freed task's address finds a
+disarmed entry. Delays go into per-group quarter-octave histograms (scxctl.trace.hist) with each group's
 maximum and sum kept beside them; user space reads the arrays, never single events.
 
 The program is generated for the selector (constants, no maps to configure) and compiled by bcc at
@@ -156,7 +158,9 @@ def program(sel: Selector, layout: Layout) -> str:
         f"#define SLOTS {SLOTS}",
         f"#define GROUPS {sel.groups}",
         "struct stamp { u64 ts; u32 group; };",
-        f'BPF_TABLE("lru_hash", u32, struct stamp, start, {START_ENTRIES});',
+        "/* keyed by the task's address: the tracepoints pass it, nothing to read */",
+        f'BPF_TABLE("lru_hash", u64, struct stamp, start, {START_ENTRIES});',
+        "BPF_PERCPU_ARRAY(idle_task, u64, 1);  /* this CPU's idle task, learned at first sight */",
         "BPF_ARRAY(dist, u64, SLOTS * GROUPS);",
         "BPF_ARRAY(maxv, u64, GROUPS);",
         "BPF_ARRAY(sumv, u64, GROUPS);",
@@ -210,24 +214,23 @@ def program(sel: Selector, layout: Layout) -> str:
         "    return 0;",
         "}",
         "",
+        "/* p is never the idle task: it is not woken, and sched_switch skips it as prev */",
         "static __always_inline int stamp(const void *p)",
         "{",
-        "    u32 pid = pid_of(p);",
-        "    if (pid == 0)  /* the idle task */",
-        "        return 0;",
         "    int g = group_of(p);",
         "    if (g < 0)",
         "        return 0;",
+        "    u64 key = (u64)p;",
         "    u64 now = bpf_ktime_get_ns();",
         "    /* a task seen before keeps its entry: rewritten in place, no allocation per wake-up */",
-        "    struct stamp *old = start.lookup(&pid);",
+        "    struct stamp *old = start.lookup(&key);",
         "    if (old) {",
         "        old->group = g;",
         "        old->ts = now;  /* last: ts != 0 is what arms the entry */",
         "        return 0;",
         "    }",
         "    struct stamp st = {.ts = now, .group = g};",
-        "    start.update(&pid, &st);",
+        "    start.update(&key, &st);",
         "    return 0;",
         "}",
         "",
@@ -259,14 +262,25 @@ def program(sel: Selector, layout: Layout) -> str:
         "RAW_TRACEPOINT_PROBE(sched_switch)",
         "{",
         "    /* TP_PROTO(bool preempt, prev, next, unsigned int prev_state) */",
-        "    const void *prev = (const void *)ctx->args[1];",
-        "    const void *next = (const void *)ctx->args[2];",
-        "    if (ctx->args[0] || (unsigned int)ctx->args[3] == 0)",
-        "        stamp(prev);",
-        "    u32 pid = pid_of(next);",
-        "    if (pid == 0)  /* the idle task, never stamped: half of all switches on an idle machine */",
+        "    u64 prev = ctx->args[1], next = ctx->args[2];",
+        "    u32 zero = 0;",
+        "    u64 *idle = idle_task.lookup(&zero);",
+        "    if (!idle)",
         "        return 0;",
-        "    struct stamp *st = start.lookup(&pid);",
+        "    /*",
+        "     * The idle task is half of all switches on a machine that is not busy. It is recognised",
+        "     * by its address (per CPU), not by reading its pid at every switch: the reads cost more",
+        "     * than the rest of the program. It is learned where it shows up as a runnable prev.",
+        "     */",
+        "    if ((ctx->args[0] || (unsigned int)ctx->args[3] == 0) && prev != *idle) {",
+        "        if (pid_of((const void *)prev) == 0)",
+        "            *idle = prev;",
+        "        else",
+        "            stamp((const void *)prev);  /* preempted: it waits again from now */",
+        "    }",
+        "    if (next == *idle)",
+        "        return 0;",
+        "    struct stamp *st = start.lookup(&next);",
         "    if (!st || !st->ts)",
         "        return 0;",
         "    u64 d = bpf_ktime_get_ns() - st->ts;",
