@@ -112,7 +112,7 @@ struct {
 } task_ctx_stor SEC(".maps");
 
 struct cpu_ctx {
-	u64 dispatch_at;	/* when ops.dispatch last ran here: bounds direct wake-ups (see below) */
+	u64 served_at;		/* when a dispatch here last took from (or found empty) its DSQs */
 	u64 running_deadline;	/* deadline of the task running here; 0: none to preempt for */
 	bool usersched_queued;	/* built-in DSQs: the scheduler waits in this CPU's local DSQ */
 	u64 rescue_scan_at;	/* last starvation scan of this CPU's DSQ (see rescue_starved) */
@@ -221,10 +221,14 @@ static __always_inline void insert_ordered(struct task_struct *p, u64 dsq_id, u6
  * Local head insertions bypass the per-CPU and shared DSQs, which only ops.dispatch consumes, and
  * every task at the tail of the local DSQ itself (a rescued task, a wake-up sent to an idle CPU),
  * and ops.dispatch only runs when the local DSQ runs dry. So the grant holds only while nobody waits
- * in those three DSQs or on a CPU whose dispatch ran within direct_wake_ns (one user-space budget):
- * a ping-pong of granted tasks cannot keep a waiting task out for longer than that (then their
- * wake-ups queue like any other). Without the local DSQ in that check, a thousand granted sleepers
- * on one CPU kept a rescued task at its tail until the kernel's watchdog ejected pyland.
+ * in those three DSQs or on a CPU whose dispatch served its DSQs within direct_wake_ns (one BPF
+ * slice): a stream of granted tasks cannot keep a waiting task out for longer than that (then
+ * their wake-ups queue like any other). Without the local DSQ in that check, a thousand
+ * granted sleepers on one CPU kept a rescued task at its tail until the kernel's watchdog ejected
+ * pyland. A dispatch that ran the scheduler instead does not count: under a flood of granted
+ * sleepers the local DSQ ran dry only now and then, each such dispatch renewed the grant, and
+ * every other one went to the scheduler, so a pinned task preempted once waited 0.2-1 s. With a
+ * window of one budget (20 ms) instead of one slice it still waited up to 0.6 s behind them.
  */
 static __always_inline bool direct_wake_allowed(const struct task_ctx *tctx, s32 cpu, u64 enq_flags)
 {
@@ -241,7 +245,10 @@ static __always_inline bool direct_wake_allowed(const struct task_ctx *tctx, s32
 	    !pyl_dsq_nr_queued(shared_dsq()))
 		return true;	/* nobody waits that the insertion could pass */
 	cctx = lookup_cpu_ctx(cpu);
-	return cctx && pyl_now() - cctx->dispatch_at < cfg.direct_wake_ns;
+	if (cctx && pyl_now() - cctx->served_at < cfg.direct_wake_ns)
+		return true;
+	__sync_fetch_and_add(&shared.nr_grant_waits, 1);
+	return false;
 }
 
 static __always_inline u64 fallback_deadline(struct task_ctx *tctx);
@@ -806,8 +813,6 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 	long drained;
 	u64 now;
 
-	if (cctx)
-		cctx->dispatch_at = pyl_now();	/* direct_wake_allowed(): its DSQs are looked at */
 
 	/*
 	 * R3 (1): finished decisions first. Running the scheduler before its decisions were applied
@@ -830,6 +835,8 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 		if (!dctx.inserted && prev && (prev->scx.flags & SCX_TASK_QUEUED) && !is_usersched(prev) &&
 		    !bw_task_throttled(prev))
 			pyl_set_slice(prev, cfg.slice_ns);
+		if (cctx)
+			cctx->served_at = pyl_now();	/* the kernel takes from the DSQs after this */
 		return;
 	}
 
@@ -860,8 +867,11 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 	}
 	if (scanned)
 		shared.starving = rescued > 0;
-	if (rescued)
+	if (rescued) {
+		if (cctx)
+			cctx->served_at = now;
 		return;
+	}
 
 	/*
 	 * R3 (2): then the scheduler, if it has work. Each step returns only when a task was really
@@ -874,7 +884,12 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 	 */
 	if (!after_usersched && usersched_has_pending() && pyl_dsq_move_to_local(SCHED_DSQ))
 		return;
-	/* R3 (3), (4): this CPU's DSQ and the shared DSQ, the earlier deadline first */
+	/*
+	 * R3 (3), (4): this CPU's DSQ and the shared DSQ, the earlier deadline first. Taken from, or
+	 * found empty: either way they were served (direct_wake_allowed).
+	 */
+	if (cctx)
+		cctx->served_at = now;
 	if (shared_dsq_first(cpu)) {
 		if (pyl_dsq_move_to_local(SHARED_DSQ) || pyl_dsq_move_to_local(cpu_dsq(cpu)))
 			return;

@@ -93,7 +93,7 @@ struct pyland_config {
 	__u64 max_backlog;	/* records user space may be behind before BPF schedules new ones itself */
 	__u64 starve_ns;	/* a task waiting this long in a DSQ is run next, whatever its deadline */
 	__u64 direct_wake_ns;	/* 0: off; else direct wake-ups of latency-critical tasks, allowed on
-				 * a CPU whose ops.dispatch ran within this window */
+				 * a CPU whose ops.dispatch served its DSQs within this window */
 	__u64 max_slice_ns;	/* a decision's slice is clamped to this (the user-space budget) */
 	__u64 stall_ns;		/* policy budget: 0 off; else past it new tasks bypass the policy, and
 				 * pending work without progress for PROGRESS_BUDGETS of it stops pyland */
@@ -156,6 +156,7 @@ struct pyland_shared {
 	__u64 nr_bw_overdue;		/* held tasks released still throttled, before the watchdog */
 	__u64 bw_timer_at;		/* when the release timer fires next; 0: not armed */
 	__u64 bw_release;		/* 1: the timer asks ops.dispatch to look at the held tasks */
+	__u64 nr_grant_waits;		/* granted wake-ups sent to the policy: their CPU's DSQs waited */
 	/* written by user space */
 	__u64 nr_consumed;		/* records read from `queued` */
 	__u64 nr_scheduled;		/* tasks read but whose decision is not yet written (the pool) */

@@ -140,9 +140,10 @@ def test_sleeper_credit_is_capped_at_one_budget() -> None:
     policy = DeadlinePolicy(OPTS)
     hog = EmulatedTask(1)
     _, d = run_hog(policy, hog, 0, 200)
-    run_hog(policy, hog, 200 * MS, 1)  # the hog's last vtime is now the global vruntime
+    run_hog(policy, hog, 200 * MS, 1)
+    # the hog's vtime before its last segment, plus the clock's share of that 1 ms segment
     global_v = policy.stats()["vtime_now"]
-    assert global_v == d.vtime == 200 * MS
+    assert d.vtime == 200 * MS and global_v == d.vtime + MS // OPTS.nr_cpus
 
     newcomer = enqueue(policy, EmulatedTask(2), wakeup=True)
     assert newcomer.vtime == global_v - OPTS.slice_ns
@@ -155,6 +156,28 @@ def test_sleeper_credit_is_capped_at_one_budget() -> None:
     napper.vtime = global_v - 5 * MS  # within the cap: keeps its credit
     assert enqueue(policy, napper, wakeup=True).vtime == global_v - 5 * MS
     assert policy.stats()["clamped"] == 2
+
+
+def test_the_global_vruntime_moves_with_cpu_time_under_a_flood_of_sleepers() -> None:
+    """Sleepers placed at the credit cap never raise the most advanced vtime; the clock must still
+    move, or a task that wakes often charges its way up past all of them and loses every tie."""
+    policy = DeadlinePolicy(OPTS)
+    run_hog(policy, EmulatedTask(1), 0, 50)
+    probe = EmulatedTask(2)
+    sleepers = [EmulatedTask(1000 + i) for i in range(200)]  # each wakes every 50 rounds
+    now = 50 * MS
+    for rnd in range(300):  # each round 4 sleepers wake and run 1 ms, the probe runs 100 us
+        batch = sleepers[4 * rnd % 200:4 * rnd % 200 + 4]
+        woken = [enqueue(policy, s, wakeup=True) for s in batch]
+        probe_d = enqueue(policy, probe, wakeup=True)
+        for s in batch:
+            s.ran(now, now + MS)
+        probe.ran(now, now + 100 * US)
+        now += 5 * MS
+    # the probe slept between its runs too: it is not placed behind the sleepers woken with it
+    assert probe_d.deadline < min(d.deadline for d in woken), (probe_d, woken)
+    # every charged segment moved the clock by its share of the CPUs
+    assert policy.stats()["vtime_now"] >= 50 * MS + 250 * 4 * MS // OPTS.nr_cpus
 
 
 def test_a_task_held_for_cpu_max_gets_no_sleeper_credit_and_no_boost() -> None:

@@ -54,8 +54,8 @@ class _Obj:
 
 
 def test_each_run_option_reaches_the_field_of_its_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What `scxctl run` loads, decoded by the C names, with values a swap would show (the two that
-    both come from --slice-us are told apart by turning direct wake-ups off)."""
+    """What `scxctl run` loads, decoded by the C names, with values a swap would show (the fields
+    that share --slice-us or --slice-min-us are told apart by turning direct wake-ups off)."""
     monkeypatch.setattr(scheduler, "BpfObject", _Obj)
     opts = scheduler.RunOptions(slice_us=30_000, slice_min_us=2_000, builtin_idle=False, max_backlog=77,
                                 starve_ms=333, direct_wake=True, policy_budget_ms=44, new_direct=True,
@@ -69,7 +69,7 @@ def test_each_run_option_reaches_the_field_of_its_name(monkeypatch: pytest.Monke
         "timer_ns": scheduler.TIMER_NS,
         "max_backlog": 77,
         "starve_ns": 333_000_000,
-        "direct_wake_ns": 30_000_000,
+        "direct_wake_ns": 2_000_000,
         "max_slice_ns": 30_000_000,
         "stall_ns": 44_000_000,
         "new_direct": 1,

@@ -99,6 +99,7 @@ SHARED_COUNTERS = (
     "nr_bw_overdue",
     "bw_timer_at",
     "bw_release",
+    "nr_grant_waits",
     # written by user space
     "nr_consumed",
     "nr_scheduled",
@@ -116,4 +117,4 @@ EXIT_OFFSET = 8 * len(SHARED_COUNTERS)
 EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")
 SHARED_SIZE = EXIT_OFFSET + EXIT_INFO.size
 
-assert TASK.size == 96 and DECISION.size == 48 and CONFIG.size == 80 and SHARED_SIZE == 1528
+assert TASK.size == 96 and DECISION.size == 48 and CONFIG.size == 80 and SHARED_SIZE == 1536

@@ -126,7 +126,7 @@ def open_configured(path: Path, opts: RunOptions) -> BpfObject:
         config = PylandConfig(
             slice_ns=popts.min_slice_ns, usersched_tgid=os.getpid(), builtin_idle=int(opts.builtin_idle),
             timer_ns=TIMER_NS, max_backlog=opts.max_backlog, starve_ns=opts.starve_ms * NSEC_PER_MSEC,
-            direct_wake_ns=popts.slice_ns if opts.direct_wake else 0, max_slice_ns=popts.slice_ns,
+            direct_wake_ns=popts.min_slice_ns if opts.direct_wake else 0, max_slice_ns=popts.slice_ns,
             stall_ns=opts.policy_budget_ms * NSEC_PER_MSEC, new_direct=int(opts.new_direct),
             bw_max_hold_ns=opts.cpu_max_hold_ms * NSEC_PER_MSEC)
         obj.set_rodata_bytes(0, config.pack())

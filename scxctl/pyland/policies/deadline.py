@@ -6,8 +6,12 @@ the DSQ by our deadline, so no task pool is kept in Python):
 - vruntime: each run segment (stop_ts - start_ts, counted once, capped at the budget) is charged
   scaled by 100/weight. The vruntime travels in the record round trip (Decision.vtime comes back
   as Task.vtime), so the policy keeps no per-task dict for it.
-- global vruntime: the most advanced vtime seen on an incoming task (rustland's "min_vruntime").
-  It only moves forward.
+- global vruntime: the most advanced vtime seen on an incoming task (rustland's "min_vruntime"),
+  and it also advances by every charged run segment divided by the number of CPUs (nr_cpu_ids; the rate a
+  fair share's vruntime moves at when every CPU is busy). It only moves forward. Without the
+  second part it stood still under a flood of sleepers: each was placed at the credit cap below
+  it and stayed there, while a task that woke often (a pinned 10 ms sleeper) charged its way up
+  to it and lost every tie to them, waiting for the BPF core's starvation rescue (1 s) in turn.
 - sleeper credit cap: a new or long-sleeping task is placed at most one budget (slice_ns, 20 ms)
   behind the global vruntime, so sleeping never buys more than one budget of priority.
 - burst tracking: deadline = vtime + min(burst, cap) * 100/weight, where burst is the larger of
@@ -74,6 +78,7 @@ class DeadlinePolicy(Policy):
         "_bursts",
         "_max_slice",
         "_min_slice",
+        "_nr_cpus",
         "_vnow",
         "nr_boosted",
         "nr_clamped",
@@ -92,6 +97,7 @@ class DeadlinePolicy(Policy):
         self._boost_ns = max(options.min_slice_ns, options.slice_ns // BOOST_BUDGET_DIVISOR)
         self._bursts = [_Burst() for _ in range(BURST_SLOTS)]
         self._vnow = 0
+        self._nr_cpus = options.nr_cpus
         self.nr_boosted = 0
         self.nr_clamped = 0
         self.nr_slot_takeovers = 0
@@ -141,7 +147,7 @@ class DeadlinePolicy(Policy):
         v = task.vtime
         g = self._vnow
         if v > g:
-            self._vnow = v
+            g = v
         elif v < g - budget:
             v = g - budget
             self.nr_clamped += 1
@@ -151,7 +157,10 @@ class DeadlinePolicy(Policy):
                 v = g
             self.nr_throttled += 1
         if seg:
-            v += seg if w == NICE0_WEIGHT else seg * NICE0_WEIGHT // w
+            seg = seg if w == NICE0_WEIGHT else seg * NICE0_WEIGHT // w
+            v += seg
+            g += seg // self._nr_cpus
+        self._vnow = g
 
         # Deadline: the vruntime plus the expected burst, weighted.
         r = task.exec_runtime
