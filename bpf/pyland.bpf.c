@@ -813,7 +813,6 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 	long drained;
 	u64 now;
 
-
 	/*
 	 * R3 (1): finished decisions first. Running the scheduler before its decisions were applied
 	 * makes it decide again while the tasks it already placed still wait (yielding without

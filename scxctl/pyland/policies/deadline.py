@@ -7,11 +7,12 @@ the DSQ by our deadline, so no task pool is kept in Python):
   scaled by 100/weight. The vruntime travels in the record round trip (Decision.vtime comes back
   as Task.vtime), so the policy keeps no per-task dict for it.
 - global vruntime: the most advanced vtime seen on an incoming task (rustland's "min_vruntime"),
-  and it also advances by every charged run segment divided by the number of CPUs (nr_cpu_ids; the rate a
-  fair share's vruntime moves at when every CPU is busy). It only moves forward. Without the
-  second part it stood still under a flood of sleepers: each was placed at the credit cap below
-  it and stayed there, while a task that woke often (a pinned 10 ms sleeper) charged its way up
-  to it and lost every tie to them, waiting for the BPF core's starvation rescue (1 s) in turn.
+  and it also advances by every charged run segment divided by the number of CPUs (nr_cpu_ids:
+  the rate a fair share's vruntime moves at when every CPU is busy). It only moves forward.
+  Without the second part it stood still under a flood of sleepers: each was placed at the
+  credit cap below it and stayed there, while a task that woke often (a pinned 10 ms sleeper)
+  charged its way up to it and lost every tie to them, waiting for the BPF core's starvation
+  rescue (1 s) in turn.
 - sleeper credit cap: a new or long-sleeping task is placed at most one budget (slice_ns, 20 ms)
   behind the global vruntime, so sleeping never buys more than one budget of priority.
 - burst tracking: deadline = vtime + min(burst, cap) * 100/weight, where burst is the larger of
