@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from benchmarks.trace_load import pingpong
-from scxctl.trace.wakeup import Selector, compile_program, kernel_layout, layout_members, program
+from scxctl.trace.wakeup import Selector, compile_for, compile_program
 
 NAME = "scxtov"
 TARGET = 0.05
@@ -61,11 +61,6 @@ def attach(bpf: Any, on: bool) -> None:
             bpf.detach_raw_tracepoint(tp=tp.encode())
 
 
-def tracer(sel: Selector) -> Any:
-    """The program `scxctl trace wakeup` loads for `sel`, compiled and attached by bcc."""
-    return compile_program(program(sel, kernel_layout(layout_members(sel))))
-
-
 def rate(seconds: float) -> float:
     return float(pingpong(NAME, seconds)["rate_per_s"])  # type: ignore[arg-type]
 
@@ -77,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     first, compiled = first_interval_s()
     programs = {"floor (empty programs)": compile_program(FLOOR),
-                f"traced --comm {NAME}": tracer(Selector(comms=(NAME,))),
-                "traced, no filter": tracer(Selector())}
+                f"traced --comm {NAME}": compile_for(Selector(comms=(NAME,))),
+                "traced, no filter": compile_for(Selector())}
     try:
         for bpf in programs.values():
             attach(bpf, False)

@@ -22,6 +22,18 @@ wait_state() {  # wait_state WANT SECONDS
     done
     return 1
 }
+# A pinned sleeper's waits: every wait past a 10 ms sleep over 50 ms as "END WAIT", END on
+# CLOCK_REALTIME (a monitor's clock), then "END end"; until the file STOP exists, at most SECONDS.
+# Usage: taskset -c CPU python3 /tmp/probe.py SECONDS STOP
+cat >/tmp/probe.py <<'PY'
+import os, sys, time
+end, stop = time.monotonic() + float(sys.argv[1]), sys.argv[2]
+while time.monotonic() < end and not os.path.exists(stop):
+    t = time.monotonic(); time.sleep(0.01); w = time.monotonic() - t - 0.01
+    if w > 0.05:
+        print(f"{time.clock_gettime(time.CLOCK_REALTIME):.6f} {w:.4f}", flush=True)
+print(f"{time.clock_gettime(time.CLOCK_REALTIME):.6f} end")
+PY
 """
 
 

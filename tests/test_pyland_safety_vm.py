@@ -80,17 +80,6 @@ end = time.monotonic() + float(sys.argv[1])
 while time.monotonic() < end:
     time.sleep(0.0005)
 PY
-cat >/tmp/probe.py <<'PY'
-import os, sys, time
-# every wait past a 10 ms sleep over 50 ms: "END WAIT", END on CLOCK_REALTIME (the monitor's
-# clock); until the file STOP exists, at most SECONDS
-end, stop = time.monotonic() + float(sys.argv[1]), sys.argv[2]
-while time.monotonic() < end and not os.path.exists(stop):
-    t = time.monotonic(); time.sleep(0.01); w = time.monotonic() - t - 0.01
-    if w > 0.05:
-        print(f"{time.clock_gettime(time.CLOCK_REALTIME):.6f} {w:.4f}", flush=True)
-print(f"{time.clock_gettime(time.CLOCK_REALTIME):.6f} end")
-PY
 cat >/tmp/monitor.py <<'PY'
 import sys, time
 end, last = time.monotonic() + float(sys.argv[1]), None

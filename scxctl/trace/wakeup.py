@@ -354,6 +354,11 @@ def compile_program(text: str) -> Any:
                               ExitCode.BPF) from None
 
 
+def compile_for(sel: Selector) -> Any:
+    """bcc's loaded and attached program for `sel`, at the running kernel's layout."""
+    return compile_program(program(sel, kernel_layout(layout_members(sel))))
+
+
 @dataclass
 class WakeupTracer:
     """The loaded program; `read()` returns one cumulative histogram per group.
@@ -369,7 +374,7 @@ class WakeupTracer:
 
     def __post_init__(self) -> None:
         t0 = time.monotonic()
-        self._bpf = compile_program(program(self.selector, kernel_layout(layout_members(self.selector))))
+        self._bpf = compile_for(self.selector)
         self.compile_s = time.monotonic() - t0
         self._peak = [0] * self.selector.groups
 
