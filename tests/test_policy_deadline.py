@@ -215,6 +215,19 @@ def test_a_run_segment_is_charged_once() -> None:
     assert second == first
 
 
+def test_a_decision_dropped_as_stale_keeps_its_charge() -> None:
+    """The BPF core drops a decision whose task was enqueued again before it arrived; the next
+    record then carries the vtime from before that decision. Its run must still count."""
+    policy = DeadlinePolicy(OPTS)
+    t = EmulatedTask(1)
+    t.ran(0, 3 * MS)
+    task, dropped = Task(), Decision()
+    t.fill(task, 0)
+    policy.decide(task, dropped)  # never applied: the task was enqueued again meanwhile
+    t.ran(5 * MS, 7 * MS)
+    assert enqueue(policy, t, wakeup=False).vtime == dropped.vtime + 2 * MS == 5 * MS
+
+
 def test_one_bogus_segment_cannot_throw_vruntime_far_ahead() -> None:
     policy = DeadlinePolicy(OPTS)
     t = EmulatedTask(1)

@@ -5,7 +5,11 @@ the DSQ by our deadline, so no task pool is kept in Python):
 
 - vruntime: each run segment (stop_ts - start_ts, counted once, capped at the budget) is charged
   scaled by 100/weight. The vruntime travels in the record round trip (Decision.vtime comes back
-  as Task.vtime), so the policy keeps no per-task dict for it.
+  as Task.vtime), and is also kept beside the task's burst history: the BPF core drops a decision
+  whose task was enqueued again before it arrived, and its next record then brings back the
+  vruntime from before, without the charge. That is the usual fate of a granted wake-up's record
+  (read with the next batch, after the task ran, slept and woke again: 8 in 10 of them under
+  stress-ng --fork), so a latency-critical task's CPU time went mostly uncharged.
 - global vruntime: the most advanced vtime seen on an incoming task (rustland's "min_vruntime"),
   and it also advances by every charged run segment divided by the number of CPUs (nr_cpu_ids:
   the rate a fair share's vruntime moves at when every CPU is busy). It only moves forward.
@@ -60,13 +64,14 @@ BOOST_BUDGET_DIVISOR = 4  # bursts averaging at most budget / 4 (5 ms by default
 class _Burst:
     """Burst history of the task that last used this table entry."""
 
-    __slots__ = ("avg", "last_stop", "pid", "run")
+    __slots__ = ("avg", "last_stop", "pid", "run", "vtime")
 
     def __init__(self) -> None:
         self.pid = -1  # no task: pids are >= 0
         self.last_stop = 0  # stop_ts of the run segment already charged
         self.run = 0  # CPU time since the last wake-up, from the charged segments
         self.avg = -1  # moving average of completed bursts (ns, halved each time); -1: unknown
+        self.vtime = 0  # the vruntime last decided, should that decision never reach the task
 
 
 class DeadlinePolicy(Policy):
@@ -120,6 +125,7 @@ class DeadlinePolicy(Policy):
             b.last_stop = 0
             b.run = 0
             b.avg = -1
+            b.vtime = 0
             self.nr_slot_takeovers += 1
         stop = task.stop_ts
         seg = stop - task.start_ts
@@ -146,6 +152,8 @@ class DeadlinePolicy(Policy):
 
         # vruntime with the sleeper credit cap.
         v = task.vtime
+        if b.vtime > v:
+            v = b.vtime
         g = self._vnow
         if v > g:
             g = v
@@ -190,6 +198,7 @@ class DeadlinePolicy(Policy):
         decision.deadline = v + r
         decision.vtime = v
         decision.enq_cnt = task.enq_cnt
+        b.vtime = v
 
     def stats(self) -> dict[str, int]:
         return {
