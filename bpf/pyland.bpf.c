@@ -97,6 +97,7 @@ struct task_ctx {
 	bool direct_wake;	/* the grant: the policy's last answer to a wake-up asked for direct wake-ups */
 	bool enqueued;		/* enqueued since this attachment's ops.init_task (new_direct) */
 	bool bw_was_held;	/* held aside for cpu.max since its last record (told to user space) */
+	bool yielded;		/* its slice was cut so that the scheduler could run (pyland_tick) */
 	u32 bw_nr;		/* entries of bw_chain */
 	u64 cgroup_id;		/* its cgroup (cpu controller), set at init and on every move */
 	u64 bw_chain[BW_MAX_LEVELS];	/* ids of its cgroup and ancestors, nearest first */
@@ -370,7 +371,7 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct pyland_task *rec;
 	struct task_ctx *tctx;
-	bool placed = false, first;
+	bool placed = false, first, yielded;
 	s32 cpu;
 
 	if (is_usersched(p)) {
@@ -429,6 +430,9 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	/* not enq_cnt == 1: the generation goes on from the last attachment's (ops.init_task) */
 	first = !tctx->enqueued;
 	tctx->enqueued = true;
+	/* a cut slice is news for the enqueue that follows it only; a sleep in between ends it */
+	yielded = tctx->yielded && !(enq_flags & SCX_ENQ_WAKEUP);
+	tctx->yielded = false;
 
 	/* cpu.max: a task whose cgroup is out of quota waits aside, neither run nor sent to user space */
 	if (bw_active()) {
@@ -458,14 +462,33 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 		 * A task's first enqueue (a fork, or a task that predates the attach): the policy knows
 		 * nothing of it yet, so a round trip buys no better placement than BPF's own, behind the
 		 * deadlines already running. In a fork storm that round trip was most of the cost (and
-		 * a short-lived process often never gets a second one). The record still goes out,
-		 * quietly, and the policy's decision for it sets the task's vtime and grant only.
+		 * a short-lived process often never gets a second one).
+		 *
+		 * No record either: a decision for it could only store the task's vtime and deadline
+		 * for its next enqueue, whose record starts the policy from the same nothing (vtime 0,
+		 * no burst), and the grant moves only with wake-ups, which a fork's first enqueue is
+		 * not. Sent quietly, these records were half of what the Python loop read under
+		 * stress-ng --fork, mostly of children gone before it read them, and reading them cost
+		 * about a tenth of the fork rate.
 		 */
-		tctx->direct_gen = tctx->enq_cnt;
 		tctx->dsq_at = pyl_now();
 		insert_ordered(p, shared_dsq(), cfg.slice_ns, fallback_deadline(tctx), enq_flags);
 		pyl_kick_cpu(cpu, SCX_KICK_IDLE);
 		__sync_fetch_and_add(&shared.nr_new_direct, 1);
+		return;
+	}
+	if (yielded) {
+		/*
+		 * The mechanism took the CPU, not the policy: the task keeps its place, its deadline on
+		 * its CPU's DSQ, behind the scheduler that it made way for. Sent to the policy like a
+		 * slice that ran out, it waited a Python round trip for a decision about a preemption
+		 * the policy never asked for. The record goes out quietly, so the policy still charges
+		 * the run; its decision stores the deadline for the next time.
+		 */
+		tctx->direct_gen = tctx->enq_cnt;
+		tctx->dsq_at = pyl_now();
+		insert_ordered(p, cpu_dsq(cpu), cfg.slice_ns, fallback_deadline(tctx), enq_flags);
+		__sync_fetch_and_add(&shared.nr_yield_requeues, 1);
 		placed = true;
 	} else if (direct_wake_allowed(tctx, cpu, enq_flags)) {
 		/*
@@ -640,7 +663,7 @@ static long apply_decision(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 	if (d->enq_cnt == tctx->wake_gen)
 		tctx->direct_wake = d->flags & PYLAND_DECISION_DIRECT_WAKE;
 	if (tctx->direct_gen == d->enq_cnt) {
-		/* placed by BPF (a direct wake-up, a first enqueue): only the vtime and grant change */
+		/* placed by BPF (a granted wake-up, a cut slice): only the vtime and grant change */
 		__sync_fetch_and_add(&shared.nr_wake_updates, 1);
 		goto release;
 	}
@@ -1006,6 +1029,8 @@ void BPF_STRUCT_OPS(pyland_tick, struct task_struct *p)
 	 */
 	if (usersched_waits(scx_bpf_task_cpu(p)) && usersched_has_pending()) {
 		pyl_set_slice(p, 0);
+		if ((tctx = lookup_task_ctx(p)))
+			tctx->yielded = true;
 		__sync_fetch_and_add(&shared.nr_tick_yields, 1);
 	}
 }

@@ -157,6 +157,7 @@ struct pyland_shared {
 	__u64 bw_timer_at;		/* when the release timer fires next; 0: not armed */
 	__u64 bw_release;		/* 1: the timer asks ops.dispatch to look at the held tasks */
 	__u64 nr_grant_waits;		/* granted wake-ups sent to the policy: their CPU's DSQs waited */
+	__u64 nr_yield_requeues;	/* tasks whose slice was cut for the scheduler, placed again by BPF */
 	/* written by user space */
 	__u64 nr_consumed;		/* records read from `queued` */
 	__u64 nr_scheduled;		/* tasks read but whose decision is not yet written (the pool) */

@@ -23,7 +23,7 @@ _DIRECT_HELP = (
 )
 _NEW_HELP = (
     "Let BPF place a task's first run (a fork) behind the running deadlines, without a round trip; "
-    "the policy still sees it and decides from its next enqueue on."
+    "the policy first sees the task at its next enqueue."
 )
 MAX_HOLD_MS = 4000  # the kernel ejects a scheduler whose runnable task waited 5 s
 _PARTIAL_HELP = "Only schedule tasks that chose SCHED_EXT (policy 7); all others stay on the fair class."

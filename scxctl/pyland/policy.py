@@ -59,7 +59,7 @@ class Task:
     stop_ts: int  # ns timestamp: the task last stopped running
     exec_runtime: int  # ns of CPU time since the task last slept
     weight: int  # 1..10000, 100 = nice 0
-    placed: int  # 1: BPF already placed this task (a direct wake-up, its first enqueue), 0: it waits
+    placed: int  # 1: BPF already placed it (a granted wake-up, a slice cut for the scheduler), 0: it waits
     vtime: int  # the vtime the policy last returned for this task (0 for a new task)
     enq_cnt: int  # generation of this enqueue: echo it in Decision.enq_cnt
     comm: bytes  # 16 bytes, NUL-padded

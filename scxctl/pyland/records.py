@@ -100,6 +100,7 @@ SHARED_COUNTERS = (
     "bw_timer_at",
     "bw_release",
     "nr_grant_waits",
+    "nr_yield_requeues",
     # written by user space
     "nr_consumed",
     "nr_scheduled",
@@ -117,4 +118,4 @@ EXIT_OFFSET = 8 * len(SHARED_COUNTERS)
 EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")
 SHARED_SIZE = EXIT_OFFSET + EXIT_INFO.size
 
-assert TASK.size == 96 and DECISION.size == 48 and CONFIG.size == 80 and SHARED_SIZE == 1536
+assert TASK.size == 96 and DECISION.size == 48 and CONFIG.size == 80 and SHARED_SIZE == 1544
