@@ -92,7 +92,7 @@ struct task_ctx {
 	u64 deadline;		/* last DSQ ordering key, reused by the BPF-side fallbacks */
 	u64 dsq_at;		/* when it was last inserted into a per-CPU or the shared DSQ */
 	u64 slice;		/* slice of the last decision, reused by a direct wake-up */
-	u64 direct_gen;		/* enq_cnt of the last wake-up BPF placed itself */
+	u64 direct_gen;		/* enq_cnt of the last enqueue BPF placed itself and told quietly */
 	u64 wake_gen;		/* enq_cnt of the last wake-up (only its decision moves the grant) */
 	bool direct_wake;	/* the grant: the policy's last answer to a wake-up asked for direct wake-ups */
 	bool enqueued;		/* enqueued since this attachment's ops.init_task (new_direct) */
@@ -561,7 +561,7 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 
 fallback:
 	if (placed)
-		return;	/* a direct wake-up is already placed; only the policy's view of it is lost */
+		return;	/* already placed (a granted wake-up, a cut slice); only the policy's view is lost */
 	/*
 	 * The shared DSQ with the task's last deadline: it runs on the first CPU that looks. Without
 	 * kicks, a task woken on an idle CPU still wakes it (the kernel reschedules an idle CPU a
