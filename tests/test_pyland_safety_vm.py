@@ -351,10 +351,12 @@ def test_stuck_policy_is_detached_within_a_second_of_its_budget(guest: Path) -> 
     assert disabling_at and disabled_at, changes
     # Detached within a second of the budget: "disabling" is pyland unregistered, and from there the
     # kernel's bypass mode runs every task without BPF. The kernel then moves every task back to
-    # the fair class; under load on single-threaded TCG that took 0.6-1.1 s (stuck to "disabled"
-    # 0.80-1.28 s), the kernel's time, bounded apart. The probe below shows that nothing waited.
+    # the fair class, its own work, which pyland neither does nor waits for: on single-threaded TCG
+    # stuck to "disabled" took 0.30-1.52 s on an idle host and 4.46 s once while the other CI
+    # process loaded it. That part is only checked for a disable that never ends; the probe below
+    # (whose window runs to a second after "disabled") shows that nothing waited meanwhile.
     assert disabling_at[0] - stuck_at < 1.1, (stuck_at, changes)
-    assert disabled_at[0] - stuck_at < 2.5, (stuck_at, changes)
+    assert disabled_at[0] - disabling_at[0] < 10.0, (stuck_at, changes)
     # The probe's waits that overlap the stuck policy's time, from its getting stuck to a second
     # after pyland was detached. Its waits before that are not the stuck policy's (the same probe
     # under pyland's normal running is bounded in test_pyland_vm); they are printed beside these.
