@@ -88,6 +88,8 @@ struct task_ctx {
 	u64 start_ts;
 	u64 stop_ts;
 	u64 exec_runtime;
+	u64 run_ns;		/* CPU time since its last record (pyland_task.run_ns) */
+	u64 record_at;		/* when its last record was reserved */
 	u64 vtime;		/* vruntime from the last decision, echoed to user space */
 	u64 deadline;		/* last DSQ ordering key, reused by the BPF-side fallbacks */
 	u64 dsq_at;		/* when it was last inserted into a per-CPU or the shared DSQ */
@@ -137,7 +139,7 @@ struct {
 	__type(value, struct heartbeat);
 } heartbeat_map SEC(".maps");
 
-_Static_assert(sizeof(struct pyland_task) == 96, "pyland_task layout changed: update records.py");
+_Static_assert(sizeof(struct pyland_task) == 104, "pyland_task layout changed: update records.py");
 _Static_assert(sizeof(struct pyland_decision) == 48, "pyland_decision layout changed: update records.py");
 
 static __always_inline struct task_ctx *lookup_task_ctx(const struct task_struct *p)
@@ -509,6 +511,19 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	}
 
 	/*
+	 * A placed task's record only lets the policy charge its run and renew (or withdraw) its
+	 * grant, and one a budget is enough for that: run_ns carries every run since the last
+	 * record, and a granted task whose slice runs out still goes to the policy (that is no
+	 * wake-up), so one that stopped sleeping is seen at once. Under stress-ng --fork these
+	 * records were most of what the loop read (the forking parents' granted wake-ups, hundreds
+	 * a second), and reading them cost several percent of the fork rate under TCG. A task with
+	 * no record yet (record_at 0) sends one at once.
+	 */
+	if (placed && pyl_now() - tctx->record_at < cfg.max_slice_ns) {
+		__sync_fetch_and_add(&shared.nr_coalesced, 1);
+		return;
+	}
+	/*
 	 * Overload: a task queued behind max_backlog others waits for all of them to be decided (about
 	 * max_backlog / decisions-per-second), which under a wake-up flood on a slow machine reached
 	 * the watchdog timeout (ERROR_STALL of a stress-ng sleep thread, seen in the VM). Past that
@@ -548,6 +563,9 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	rec->cgroup_id = tctx->cgroup_id;
 	rec->throttled = tctx->bw_was_held;
 	tctx->bw_was_held = false;
+	rec->run_ns = tctx->run_ns;
+	tctx->run_ns = 0;
+	tctx->record_at = pyl_now();
 
 	/*
 	 * R1: count BEFORE publishing. If the record were submitted first, the Python loop could read
@@ -986,8 +1004,10 @@ void BPF_STRUCT_OPS(pyland_stopping, struct task_struct *p, bool runnable)
 		return;
 	now = pyl_now();
 	tctx->stop_ts = now;
-	if (now > tctx->start_ts)
+	if (now > tctx->start_ts) {
 		tctx->exec_runtime += now - tctx->start_ts;
+		tctx->run_ns += now - tctx->start_ts;
+	}
 	if (bw_active())
 		bw_charge(p, tctx, bpf_ktime_get_ns());
 }

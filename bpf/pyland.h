@@ -20,7 +20,7 @@
 /* ops.exit's exit_code when the BPF core itself stopped pyland because user space made no progress */
 #define PYLAND_EXIT_STALLED	0x70796c01LL
 
-/* queued ring buffer record (kernel -> user): one per task to schedule; 96 bytes */
+/* queued ring buffer record (kernel -> user): one per task to schedule; 104 bytes */
 struct pyland_task {
 	__s32 pid;
 	__s32 cpu;		/* previous CPU */
@@ -37,6 +37,8 @@ struct pyland_task {
 	char comm[PYLAND_COMM_LEN];
 	__u64 cgroup_id;	/* the task's cgroup (cpu controller), its inode number; 0: unknown */
 	__u64 throttled;	/* 1: held aside since its last record, its cgroup out of cpu.max quota */
+	__u64 run_ns;		/* CPU time since its previous record: every run segment, also those
+				 * of enqueues that sent none (see nr_coalesced) */
 };
 
 /* dispatched user ring buffer record (user -> kernel): one decision per task; 48 bytes */
@@ -158,6 +160,7 @@ struct pyland_shared {
 	__u64 bw_release;		/* 1: the timer asks ops.dispatch to look at the held tasks */
 	__u64 nr_grant_waits;		/* granted wake-ups sent to the policy: their CPU's DSQs waited */
 	__u64 nr_yield_requeues;	/* tasks whose slice was cut for the scheduler, placed again by BPF */
+	__u64 nr_coalesced;		/* placed tasks sent no record: their last one is under a budget old */
 	/* written by user space */
 	__u64 nr_consumed;		/* records read from `queued` */
 	__u64 nr_scheduled;		/* tasks read but whose decision is not yet written (the pool) */

@@ -228,11 +228,25 @@ def test_a_decision_dropped_as_stale_keeps_its_charge() -> None:
     assert enqueue(policy, t, wakeup=False).vtime == dropped.vtime + 2 * MS == 5 * MS
 
 
-def test_one_bogus_segment_cannot_throw_vruntime_far_ahead() -> None:
+def test_one_bogus_run_cannot_throw_vruntime_far_ahead() -> None:
     policy = DeadlinePolicy(OPTS)
     t = EmulatedTask(1)
     t.ran(0, 10**15)  # 11 days in one segment
-    assert enqueue(policy, t, wakeup=False).vtime == OPTS.slice_ns
+    assert enqueue(policy, t, wakeup=False).vtime == 2 * OPTS.slice_ns
+
+
+def test_runs_placed_without_a_record_are_charged_with_the_next_one() -> None:
+    # BPF sends a placed task's record at most once a budget: the runs of the wake-ups in between
+    # come with the next record (run_ns), not only its last segment
+    policy = DeadlinePolicy(OPTS)
+    t = EmulatedTask(1)
+    t.ran(0, MS)
+    v0 = enqueue(policy, t, wakeup=True).vtime
+    for i in range(1, 5):  # four granted wake-ups, each run 1 ms, no record
+        t.ran(10 * i * MS, 10 * i * MS + MS)
+    assert enqueue(policy, t, wakeup=True).vtime == v0 + 4 * MS
+    # a record without a run since the last one charges nothing (enqueued again, e.g. a requeue)
+    assert enqueue(policy, t, wakeup=False).vtime == v0 + 4 * MS
 
 
 def test_vtime_is_monotonic_and_bounded_on_a_random_stream() -> None:
@@ -254,7 +268,7 @@ def test_vtime_is_monotonic_and_bounded_on_a_random_stream() -> None:
         last_global = g
         assert d.vtime >= before_v  # a task's vruntime never goes back
         assert d.vtime >= g - OPTS.slice_ns  # sleeper credit cap
-        assert d.vtime <= max(g, before_v) + OPTS.slice_ns * 100 // et.weight  # one capped charge
+        assert d.vtime <= max(g, before_v) + 2 * OPTS.slice_ns * 100 // et.weight  # one capped charge
         assert d.deadline >= d.vtime
         assert check_decision(task, d, OPTS) is None
     assert last_global > 0

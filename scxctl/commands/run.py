@@ -58,7 +58,7 @@ def run(
         int,
         typer.Option("--ring-kib", min=0, metavar="KIB",
                      help="Size of the ring of tasks waiting for the policy, a power of two in KiB (0: "
-                          "the built-in 512, about 6000 tasks); when it is full, BPF places tasks itself."),
+                          "the built-in 512, about 4700 tasks); when it is full, BPF places tasks itself."),
     ] = 0,
     policy_budget_ms: Annotated[
         int,

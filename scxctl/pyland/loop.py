@@ -163,7 +163,7 @@ class SchedulerLoop:
             counters[POLICY_SINCE] = now_ns()
             (task.pid, task.cpu, task.nr_cpus_allowed, task.flags, task.start_ts, task.stop_ts,
              task.exec_runtime, task.weight, task.placed, task.vtime, task.enq_cnt, task.comm,
-             task.cgroup_id, task.throttled) = rec
+             task.cgroup_id, task.throttled, task.run_ns) = rec
             try:  # zero-cost unless it raises (3.11+); only the policy's own errors are wrapped
                 decide(task, decision)
             except Exception as exc:

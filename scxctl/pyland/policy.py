@@ -42,6 +42,7 @@ TASK_FIELDS = (
     "comm",
     "cgroup_id",
     "throttled",
+    "run_ns",
 )
 DECISION_FIELDS = ("pid", "cpu", "preempt", "direct_wake", "slice_ns", "deadline", "vtime", "enq_cnt")
 
@@ -65,6 +66,7 @@ class Task:
     comm: bytes  # 16 bytes, NUL-padded
     cgroup_id: int  # its cgroup (cpu controller): the inode number of its /sys/fs/cgroup directory
     throttled: int  # 1: held aside since its last record because its cgroup ran out of cpu.max quota
+    run_ns: int  # ns of CPU time since its previous record (all of it: runs BPF placed without one too)
 
     def __init__(
         self,
@@ -83,6 +85,7 @@ class Task:
         comm: bytes = b"",
         cgroup_id: int = 0,
         throttled: int = 0,
+        run_ns: int = 0,
     ) -> None:
         self.pid = pid
         self.cpu = cpu
@@ -98,6 +101,7 @@ class Task:
         self.comm = comm
         self.cgroup_id = cgroup_id
         self.throttled = throttled
+        self.run_ns = run_ns
 
     @property
     def comm_text(self) -> str:

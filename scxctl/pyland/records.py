@@ -30,8 +30,8 @@ REASON_LEN = 128
 MSG_LEN = 1024
 
 # struct pyland_task: pid, cpu, nr_cpus_allowed, flags, start_ts, stop_ts, exec_runtime, weight,
-# placed, vtime, enq_cnt, comm[16], cgroup_id, throttled
-TASK = struct.Struct("=iiIIQQQIIQQ16sQQ")
+# placed, vtime, enq_cnt, comm[16], cgroup_id, throttled, run_ns
+TASK = struct.Struct("=iiIIQQQIIQQ16sQQQ")
 # struct pyland_decision: pid, cpu, flags, slice_ns, deadline, vtime, enq_cnt
 DECISION = struct.Struct("=iiQQQQQ")
 # struct pyland_config (.rodata): slice_ns, usersched_tgid, builtin_idle, timer_ns, max_backlog, starve_ns,
@@ -101,6 +101,7 @@ SHARED_COUNTERS = (
     "bw_release",
     "nr_grant_waits",
     "nr_yield_requeues",
+    "nr_coalesced",
     # written by user space
     "nr_consumed",
     "nr_scheduled",
@@ -118,4 +119,4 @@ EXIT_OFFSET = 8 * len(SHARED_COUNTERS)
 EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")
 SHARED_SIZE = EXIT_OFFSET + EXIT_INFO.size
 
-assert TASK.size == 96 and DECISION.size == 48 and CONFIG.size == 80 and SHARED_SIZE == 1544
+assert TASK.size == 104 and DECISION.size == 48 and CONFIG.size == 80 and SHARED_SIZE == 1552

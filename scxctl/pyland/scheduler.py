@@ -91,7 +91,7 @@ class RunOptions:
     partial: bool = False
     stats_interval: float = 5.0  # 0: no periodic summary
     max_backlog: int = 1024  # records Python may be behind before BPF schedules new tasks itself
-    ring_kib: int = 0  # size of the queued ring in KiB (a power of two); 0: the object's (about 6000 tasks)
+    ring_kib: int = 0  # size of the queued ring in KiB (a power of two); 0: the object's (about 4700 tasks)
     direct_wake: bool = True  # latency-critical tasks (the policy's preempt) wake without a round trip
     new_direct: bool = True  # a task's first enqueue is placed by BPF; the policy meets it at its second
     starve_ms: int = 1000  # a task waiting this long in a DSQ runs next, whatever its deadline

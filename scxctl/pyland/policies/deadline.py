@@ -3,15 +3,16 @@
 Derived from scx_rustland's policy, adapted to deciding one task at a time (the BPF core orders
 the DSQ by our deadline, so no task pool is kept in Python):
 
-- vruntime: each run segment (stop_ts - start_ts, counted once, capped at the budget) is charged
-  scaled by 100/weight. The vruntime travels in the record round trip (Decision.vtime comes back
-  as Task.vtime), and is also kept beside the task's burst history: the BPF core drops a decision
-  whose task was enqueued again before it arrived, and its next record then brings back the
-  vruntime from before, without the charge. That is the usual fate of a granted wake-up's record
-  (read with the next batch, after the task ran, slept and woke again: 8 in 10 of them under
-  stress-ng --fork), so a latency-critical task's CPU time went mostly uncharged.
+- vruntime: the CPU time since the task's previous record (run_ns: every run segment, also those
+  of enqueues BPF placed without a record, capped at two budgets) is charged scaled by 100/weight.
+  The vruntime travels in the record round trip (Decision.vtime comes back as Task.vtime), and is
+  also kept beside the task's burst history: the BPF core drops a decision whose task was enqueued
+  again before it arrived, and its next record then brings back the vruntime from before, without
+  the charge. That is the usual fate of a granted wake-up's record (read with the next batch,
+  after the task ran, slept and woke again: 8 in 10 of them under stress-ng --fork), so a
+  latency-critical task's CPU time went mostly uncharged.
 - global vruntime: the most advanced vtime seen on an incoming task (rustland's "min_vruntime"),
-  and it also advances by every charged run segment divided by the number of CPUs (nr_cpu_ids:
+  and it also advances by every charge divided by the number of CPUs (nr_cpu_ids:
   the rate a fair share's vruntime moves at when every CPU is busy). It only moves forward.
   Without the second part it stood still under a flood of sleepers: each was placed at the
   credit cap below it and stayed there, while a task that woke often (a pinned 10 ms sleeper)
@@ -68,8 +69,8 @@ class _Burst:
 
     def __init__(self) -> None:
         self.pid = -1  # no task: pids are >= 0
-        self.last_stop = 0  # stop_ts of the run segment already charged
-        self.run = 0  # CPU time since the last wake-up, from the charged segments
+        self.last_stop = 0  # stop_ts of the run segment already counted
+        self.run = 0  # CPU time since the last wake-up, from the segments counted
         self.avg = -1  # moving average of completed bursts (ns, halved each time); -1: unknown
         self.vtime = 0  # the vruntime last decided, should that decision never reach the task
 
@@ -116,9 +117,8 @@ class DeadlinePolicy(Policy):
             w = NICE0_WEIGHT
         budget = self._budget
 
-        # The run segment that ended at stop_ts, counted once even when the task is enqueued
-        # again without having run (dequeue/re-enqueue), and capped so that one bogus timestamp
-        # cannot throw the global vruntime far ahead.
+        # The run segment that ended at stop_ts, for the burst history: counted once even when
+        # the task is enqueued again without having run (dequeue/re-enqueue).
         b = self._bursts[pid & _SLOT_MASK]
         if b.pid != pid:
             b.pid = pid
@@ -134,6 +134,12 @@ class DeadlinePolicy(Policy):
         elif seg > budget:
             seg = budget
         b.last_stop = stop
+        # The charge: every run since the last record. BPF sends a placed task's record at most
+        # once a budget, so one carries about a budget of runs, plus the run that ended it; the
+        # cap only keeps a bogus figure from throwing the global vruntime far ahead.
+        charge = task.run_ns
+        if charge > 2 * budget:
+            charge = 2 * budget
 
         # Burst tracking: a wake-up closes the burst (CPU time between two sleeps).
         if task.flags & SCX_ENQ_WAKEUP:
@@ -165,10 +171,10 @@ class DeadlinePolicy(Policy):
             if v < g:
                 v = g
             self.nr_throttled += 1
-        if seg:
-            seg = seg if w == NICE0_WEIGHT else seg * NICE0_WEIGHT // w
-            v += seg
-            g += seg // self._nr_cpus
+        if charge > 0:
+            charge = charge if w == NICE0_WEIGHT else charge * NICE0_WEIGHT // w
+            v += charge
+            g += charge // self._nr_cpus
         self._vnow = g
 
         # Deadline: the vruntime plus the expected burst, weighted.

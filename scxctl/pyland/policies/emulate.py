@@ -2,7 +2,8 @@
 
 Tests, the policy benchmark and users trying a policy file need realistic record streams: a
 Task whose vtime is what the policy returned last time, whose enq_cnt grows per enqueue, whose
-exec_runtime restarts at each wake-up and whose start_ts/stop_ts frame the last run. This module
+exec_runtime restarts at each wake-up, whose start_ts/stop_ts frame the last run and whose run_ns
+sums the runs since the previous record. This module
 keeps that state exactly as bpf/pyland.h documents it; it is not used by the real scheduler loop.
 """
 
@@ -22,6 +23,7 @@ class EmulatedTask:
         "exec_runtime",
         "nr_cpus_allowed",
         "pid",
+        "run_ns",
         "start_ts",
         "stop_ts",
         "throttled",
@@ -49,6 +51,7 @@ class EmulatedTask:
         self.vtime = 0
         self.enq_cnt = 0
         self.exec_runtime = 0
+        self.run_ns = 0
         self.start_ts = 0
         self.stop_ts = 0
 
@@ -57,6 +60,7 @@ class EmulatedTask:
         self.start_ts = start_ns
         self.stop_ts = stop_ns
         self.exec_runtime += stop_ns - start_ns
+        self.run_ns += stop_ns - start_ns
         if cpu is not None:
             self.cpu = cpu
 
@@ -80,6 +84,8 @@ class EmulatedTask:
         task.cgroup_id = self.cgroup_id
         task.throttled = self.throttled
         self.throttled = 0  # told once, as the BPF core does
+        task.run_ns = self.run_ns
+        self.run_ns = 0
 
     def apply(self, decision: Decision) -> None:
         """The BPF side of a decision: store the vtime that comes back in the next record."""
