@@ -19,7 +19,7 @@ _POLICY_HELP = "Built-in policy (deadline, fifo) or a Python file defining a Pol
 _IDLE_HELP = "Let BPF put a waking task straight onto an idle CPU (no Python round trip)."
 _DIRECT_HELP = (
     "Let BPF place the wake-ups of tasks the policy marked latency-critical (preempt) at once; the "
-    "policy still sees each one and can withdraw the grant."
+    "policy hears of them at most once a budget per task, and can withdraw the grant."
 )
 _NEW_HELP = (
     "Let BPF place a task's first run (a fork) behind the running deadlines, without a round trip; "
