@@ -114,7 +114,7 @@ def test_task_fields_reach_the_policy_and_decision_fields_reach_bpf(harness: Har
         def decide(self, task: Task, decision: Decision) -> None:
             seen.append((task.pid, task.cpu, task.nr_cpus_allowed, task.flags, task.start_ts,
                          task.stop_ts, task.exec_runtime, task.weight, task.placed, task.vtime,
-                         task.enq_cnt, task.cgroup_id, task.throttled))
+                         task.enq_cnt, task.cgroup_id, task.throttled, task.run_ns))
             assert task.comm.startswith(b"pyland-feed")
             decision.pid = task.pid
             decision.cpu = 1
@@ -128,7 +128,7 @@ def test_task_fields_reach_the_policy_and_decision_fields_reach_bpf(harness: Har
     harness.feed(3, pid_base=500, enq_base=40, vtime=900, flags=1)
     harness.loop(Probe(PolicyOptions(nr_cpus=2))).step()
     assert seen[1][8] == 1  # placed
-    assert seen[2] == (502, 0, 2, 1, 1002, 2002, 100002, 100, 0, 900, 42, 7002, 1)
+    assert seen[2] == (502, 0, 2, 1, 1002, 2002, 100002, 100, 0, 900, 42, 7002, 1, 300002)
     assert [t[12] for t in seen] == [0, 0, 1]  # throttled: its own field, apart from placed
     harness.drain()
     r = harness.results()

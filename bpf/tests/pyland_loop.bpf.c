@@ -88,6 +88,7 @@ static long feed_one(__u64 i, struct feed_args *a)
 	__builtin_memcpy(rec->comm, "pyland-feed\0\0\0\0", PYLAND_COMM_LEN);
 	rec->cgroup_id = 7000 + i;
 	rec->throttled = (__u64)((i >> 1) & 1);	/* every other pair: held aside for cpu.max */
+	rec->run_ns = 300000 + i;
 	/* as in pyland.bpf.c: count before publishing */
 	__sync_fetch_and_add(&shared.nr_queued, 1);
 	bpf_ringbuf_submit(rec, 0);
