@@ -59,6 +59,7 @@ from scxctl.pyland.policy import (
 BURST_SLOTS = 8192  # power of two: the table index is pid & _SLOT_MASK
 _SLOT_MASK = BURST_SLOTS - 1
 BURST_CAP_BUDGETS = 5  # the deadline penalty grows up to 5 budgets (100 ms by default)
+CHARGE_CAP_BUDGETS = 2  # one record charges at most 2 budgets (a placed task's come once a budget)
 BOOST_BUDGET_DIVISOR = 4  # bursts averaging at most budget / 4 (5 ms by default) are "short"
 
 
@@ -83,6 +84,7 @@ class DeadlinePolicy(Policy):
         "_budget",
         "_burst_cap",
         "_bursts",
+        "_charge_cap",
         "_max_slice",
         "_min_slice",
         "_nr_cpus",
@@ -101,6 +103,7 @@ class DeadlinePolicy(Policy):
         self._min_slice = options.min_slice_ns
         self._max_slice = options.slice_ns
         self._burst_cap = BURST_CAP_BUDGETS * options.slice_ns
+        self._charge_cap = CHARGE_CAP_BUDGETS * options.slice_ns
         self._boost_ns = max(options.min_slice_ns, options.slice_ns // BOOST_BUDGET_DIVISOR)
         self._bursts = [_Burst() for _ in range(BURST_SLOTS)]
         self._vnow = 0
@@ -138,8 +141,8 @@ class DeadlinePolicy(Policy):
         # once a budget, so one carries about a budget of runs, plus the run that ended it; the
         # cap only keeps a bogus figure from throwing the global vruntime far ahead.
         charge = task.run_ns
-        if charge > 2 * budget:
-            charge = 2 * budget
+        if charge > self._charge_cap:
+            charge = self._charge_cap
 
         # Burst tracking: a wake-up closes the burst (CPU time between two sleeps).
         if task.flags & SCX_ENQ_WAKEUP:
