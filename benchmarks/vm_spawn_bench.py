@@ -6,9 +6,13 @@ Two loads where every task is new, the case the BPF core's fast paths see least 
 
 Order in the guest: default -> pyland -> default again, REPEAT times; the ratio pyland / mean of
 the default runs around it is the result (TCG makes absolute numbers meaningless; the drift between
-the two default runs shows the guest's own noise). Runs as root on the host (boots QEMU).
+the two default runs shows the guest's own noise). A warm-up round (one default and one pyland run
+of each variant) goes first and is printed but not counted: a boot's first fork run is not like
+its later ones (the first default run was the fastest of its boot in 7 boots of 11, by up to 10%,
+and the first ratio of a boot was its lowest in 8 boots of 12).
+Runs as root on the host (boots QEMU).
 
-Usage: .venv/bin/python -m benchmarks.vm_spawn_bench [--seconds 10] [--short 2000] [--repeat 2]
+Usage: .venv/bin/python -m benchmarks.vm_spawn_bench [--seconds 10] [--short 2000] [--repeat 2] [--warmup 1]
            [--variant= --variant=--no-new-direct]   (`scxctl run` options; each one a pyland run)
 """
 
@@ -44,6 +48,10 @@ pyland() {  # pyland NAME ARGS...
     cat /sys/kernel/sched_ext/state >"$R/$name.state"
     kill -TERM $pid; wait $pid; echo $? >"$R/$name.rc"
 }
+for i in $(seq {warmup}); do
+    measure warmup-default.$i
+@WARMUP@
+done
 for i in $(seq {repeat}); do
     measure default.$i
 @VARIANTS@
@@ -65,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--forks", type=int, default=2, help="stress-ng --fork workers")
     ap.add_argument("--short", type=int, default=2000, help="short-lived processes per measurement")
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=1, help="uncounted rounds before the measured ones")
     ap.add_argument("--cpus", type=int, default=2)
     ap.add_argument("--variant", action="append", default=None,
                     help="`scxctl run` options of one pyland run (repeatable; default: one run, no options)")
@@ -73,13 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="vm_spawn_bench."))
     script = work / "bench.sh"
     runs = "\n".join(f"    pyland pyland{v}.$i {a}" for v, a in enumerate(variants))
-    text = GUEST.replace("@VARIANTS@", runs).replace("@WAIT_PYLAND@", WAIT_PYLAND)
-    for key in ("seconds", "forks", "short", "repeat"):
+    warm = "\n".join(f"    pyland warmup-pyland{v}.$i {a}" for v, a in enumerate(variants))
+    text = GUEST.replace("@VARIANTS@", runs).replace("@WARMUP@", warm).replace("@WAIT_PYLAND@", WAIT_PYLAND)
+    for key in ("seconds", "forks", "short", "repeat", "warmup"):
         text = text.replace("{" + key + "}", str(getattr(args, key)))
     script.write_text(text)
     results = work / "results"
     results.mkdir()
-    timeout = args.repeat * (len(variants) + 1) * (2 * args.seconds + 300) + 600
+    timeout = (args.repeat + args.warmup) * (len(variants) + 1) * (2 * args.seconds + 300) + 600
     res = VM(lambda: results).run("bash /tmp/bench.sh", timeout=timeout, cpus=args.cpus,
                                   copy=[(str(script), "/tmp/bench.sh")])
     if res.returncode != 0:
@@ -88,6 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     r = res.results
     print(f"{args.cpus} vCPUs ({res.accel}); stress-ng --fork {args.forks} {args.seconds} s; {args.short} "
           f"short-lived processes; default and each pyland variant in turn, one boot")
+    for i in range(1, args.warmup + 1):
+        d = rates(r, f"warmup-default.{i}", args.short)
+        warm_p = [rates(r, f"warmup-pyland{v}.{i}", args.short) for v in range(len(variants))]
+        forks = ", ".join(f"{p[0]:.1f}" for p in warm_p)
+        shorts = ", ".join(f"{p[1]:.1f}" for p in warm_p)
+        print(f"warm-up {i} (not counted): default fork {d[0]:.1f}, short/s {d[1]:.1f}; "
+              f"pyland fork {forks}, short/s {shorts}")
     print(f"{'variant':>22} {'run':>4} {'fork default':>13} {'fork pyland':>12} {'ratio':>6} "
           f"{'short/s default':>16} {'short/s pyland':>15} {'ratio':>6}")
     for v, opts in enumerate(variants):

@@ -122,8 +122,10 @@ static __always_inline void bw_roll(struct pyland_cgroup_bw *bw, u64 now)
 	avail = bw->quota_ns * n + bw->credit;
 	if (used > avail) {
 		debt = used - avail;
-		if (debt > bw_max_debt(bw))
-			debt = bw_max_debt(bw);
+		u64 max_debt = bw_max_debt(bw);
+
+		if (debt > max_debt)
+			debt = max_debt;
 	} else {
 		credit = avail - used;
 		if (credit > bw->burst_ns)

@@ -329,6 +329,14 @@ static __always_inline u64 fallback_deadline(struct task_ctx *tctx)
 	return tctx->deadline;
 }
 
+/* BPF places a task itself, in the deadline order (above) and stamped for the starvation rescue */
+static __always_inline void place_in_order(struct task_struct *p, struct task_ctx *tctx, u64 dsq_id,
+					   u64 now, u64 enq_flags)
+{
+	tctx->dsq_at = now;
+	insert_ordered(p, dsq_id, cfg.slice_ns, fallback_deadline(tctx), enq_flags);
+}
+
 /*
  * Follow how far ahead of vtime_now the policy places tasks: an average over the last few dozen
  * decisions (a shift of 5: 1/32 weight per decision). Racy across CPUs: a lost update only moves
@@ -374,6 +382,7 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	struct pyland_task *rec;
 	struct task_ctx *tctx;
 	bool placed = false, first, yielded;
+	u64 now;
 	s32 cpu;
 
 	if (is_usersched(p)) {
@@ -473,8 +482,7 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 		 * stress-ng --fork, mostly of children gone before it read them, and reading them cost
 		 * about a tenth of the fork rate.
 		 */
-		tctx->dsq_at = pyl_now();
-		insert_ordered(p, shared_dsq(), cfg.slice_ns, fallback_deadline(tctx), enq_flags);
+		place_in_order(p, tctx, shared_dsq(), pyl_now(), enq_flags);
 		pyl_kick_cpu(cpu, SCX_KICK_IDLE);
 		__sync_fetch_and_add(&shared.nr_new_direct, 1);
 		return;
@@ -492,9 +500,8 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 		 * unpinned ones) measured 0.93-0.97 (once 0.92) instead of 0.95-0.99.
 		 */
 		tctx->direct_gen = tctx->enq_cnt;
-		tctx->dsq_at = pyl_now();
-		insert_ordered(p, p->nr_cpus_allowed == 1 ? cpu_dsq(cpu) : shared_dsq(), cfg.slice_ns,
-			       fallback_deadline(tctx), enq_flags);
+		place_in_order(p, tctx, p->nr_cpus_allowed == 1 ? cpu_dsq(cpu) : shared_dsq(), pyl_now(),
+			       enq_flags);
 		__sync_fetch_and_add(&shared.nr_yield_requeues, 1);
 		placed = true;
 	} else if (direct_wake_allowed(tctx, cpu, enq_flags)) {
@@ -519,7 +526,8 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	 * a second), and reading them cost several percent of the fork rate under TCG. A task with
 	 * no record yet (record_at 0) sends one at once.
 	 */
-	if (placed && pyl_now() - tctx->record_at < cfg.max_slice_ns) {
+	now = pyl_now();
+	if (placed && now - tctx->record_at < cfg.max_slice_ns) {
 		__sync_fetch_and_add(&shared.nr_coalesced, 1);
 		return;
 	}
@@ -565,7 +573,7 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	tctx->bw_was_held = false;
 	rec->run_ns = tctx->run_ns;
 	tctx->run_ns = 0;
-	tctx->record_at = pyl_now();
+	tctx->record_at = now;
 
 	/*
 	 * R1: count BEFORE publishing. If the record were submitted first, the Python loop could read
@@ -585,9 +593,8 @@ fallback:
 	 * kicks, a task woken on an idle CPU still wakes it (the kernel reschedules an idle CPU a
 	 * task is enqueued on); otherwise a busy CPU takes it when its slice ends.
 	 */
-	tctx->dsq_at = pyl_now();
-	insert_ordered(p, shared_dsq(), cfg.slice_ns, fallback_deadline(tctx), enq_flags);
-	pyl_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_IDLE);
+	place_in_order(p, tctx, shared_dsq(), now, enq_flags);
+	pyl_kick_cpu(cpu, SCX_KICK_IDLE);
 }
 
 /*

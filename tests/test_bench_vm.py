@@ -31,9 +31,10 @@ REF_ROUND_TRIPS = 5000  # as many as the bench's floor
 # for the bench, flipping between runs a second apart), so the floor is compared as the median of
 # several runs, alternated with the plain C ping-pong's, under the scheduler of the phase.
 FLOOR_PAIRS = 5
-# Under the default scheduler the fast-wake percentiles move between runs a minute apart (the
-# reference's own p90 was 68, 78 and 115 us in three boots): they are compared as medians over the
-# main comparison and ALT_PAIRS alternated runs of the bench and the reference.
+# The fast-wake percentiles move between runs a minute apart (the reference's own p90 was 68, 78
+# and 115 us in three boots under the default scheduler, 40-92 us under pyland): under each
+# scheduler they are compared as medians over the main comparison and ALT_PAIRS alternated runs of
+# the bench and the reference.
 ALT_PAIRS = 3
 
 GUEST_SCRIPT = f"""
@@ -49,23 +50,27 @@ ref() {{  # ref NAME: the independent implementation's three measurements under 
             --output /results/floor-$1-bench-$i.json >/dev/null 2>>/results/ref.err
     done
 }}
+alt() {{  # alt NAME: ALT_PAIRS runs of the reference and the bench, alternated, under the running scheduler
+    for i in $(seq {ALT_PAIRS}); do
+        $REF adaptive 0 {REF_ADAPTIVE_S} >/results/alt-$1-ref-$i.json 2>>/results/ref.err
+        scxctl bench adaptive-priority {TIMES} --output /results/alt-$1-bench-$i.json \
+            >/dev/null 2>>/results/ref.err
+    done
+}}
 ref default
 scxctl run pyland >/results/ref-pyland-run.log 2>&1 &
 run=$!
 for _ in $(seq 600); do [ "$(cat /sys/kernel/sched_ext/state)" = enabled ] && break; sleep 0.1; done
 cat /sys/kernel/sched_ext/root/ops >/results/ref-pyland-ops.txt 2>&1
 ref pyland
+alt pyland
 kill -INT $run; wait $run
 for t in adaptive-priority fairness; do
     scxctl bench $t --compare default,pyland {TIMES} --output /results/$t.json \
         >/results/$t.txt 2>/results/$t.err
     echo $? >/results/$t.rc
 done
-for i in $(seq {ALT_PAIRS}); do  # under the default scheduler, alternated
-    $REF adaptive 0 {REF_ADAPTIVE_S} >/results/alt-ref-$i.json 2>>/results/ref.err
-    scxctl bench adaptive-priority {TIMES} --output /results/alt-bench-$i.json \
-        >/dev/null 2>>/results/ref.err
-done
+alt default  # a minute after the main comparison
 python3 - <<'PY'
 import signal, subprocess, time
 def state():
@@ -208,15 +213,15 @@ def test_the_reference_ran_under_pyland(guest: Any) -> None:
 
 
 def _fast_p90s(guest: Any, scheduler: str) -> tuple[list[float], list[float]]:
-    """(bench, reference) fast-wake p90s: the main comparison's, and for the default scheduler
-    also every alternated pair's."""
+    """(bench, reference) fast-wake p90s: the main comparison's and every alternated pair's."""
     bench = [_run(_report(guest, "adaptive-priority"), scheduler)["tests"][0]["final"]["fast"]["p90_ns"]]
     ref = [_ref(guest, scheduler, "adaptive")["fast"]["p90_ns"]]
-    if scheduler == "default":
-        for i in range(1, ALT_PAIRS + 1):
-            alt = json.loads(_read(guest, f"alt-bench-{i}.json"))
-            bench.append(alt["runs"][0]["tests"][0]["final"]["fast"]["p90_ns"])
-            ref.append(json.loads(_read(guest, f"alt-ref-{i}.json"))["fast"]["p90_ns"])
+    for i in range(1, ALT_PAIRS + 1):
+        alt = json.loads(_read(guest, f"alt-{scheduler}-bench-{i}.json"))
+        ops = alt["runs"][0]["scheduler"]["ops"] or None  # what ran while the pair was measured
+        assert ops == ("pyland" if scheduler == "pyland" else None), alt["runs"][0]["scheduler"]
+        bench.append(alt["runs"][0]["tests"][0]["final"]["fast"]["p90_ns"])
+        ref.append(json.loads(_read(guest, f"alt-{scheduler}-ref-{i}.json"))["fast"]["p90_ns"])
     return bench, ref
 
 

@@ -174,6 +174,8 @@ def test_program_groups_names_and_prefix_has_no_terminator() -> None:
     text = wakeup.program(wakeup.Selector(comms=("x", "y"), prefix="scx"), LAYOUT)
     assert "return 0;" in text and "return 1;" in text and "#define GROUPS 2" in text
     assert "c[0] == 115 && c[1] == 99 && c[2] == 120)" in text
+    group_of = text[text.index("group_of(const void *p)"):text.index("/* p is never the idle task")]
+    assert group_of.rstrip().endswith("return -1;\n}"), group_of  # nothing after the last name's test
 
 
 def test_long_names_match_the_kernels_15_characters() -> None:

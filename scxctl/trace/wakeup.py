@@ -210,8 +210,9 @@ def program(sel: Selector, layout: Layout) -> str:
             for i, name in enumerate(sel.comms):
                 lines += [f"    if ({_name_test(name, exact=True)})", f"        return {i};"]
             lines.append("    return -1;")
+    if not sel.comms:  # with names, the last name's test above returns
+        lines.append("    return 0;")
     lines += [
-        "    return 0;",
         "}",
         "",
         "/* p is never the idle task: it is not woken, and sched_switch skips it as prev */",
