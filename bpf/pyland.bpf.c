@@ -28,7 +28,7 @@
  *   R2  the scheduler's threads are told apart by one test: their TGID
  *   R3  finished decisions are drained before the scheduler runs again
  *   R4  a preemption request is never dropped silently
- *   R5  the BPF slice (1 ms) is apart from the user-space budget (20 ms)
+ *   R5  the BPF slice (3 ms) is apart from the user-space budget (20 ms)
  *   R6  kernel threads the scheduler may depend on run without a round trip
  *   R7  every enqueue has a generation; a decision for an older one is dropped, a task never is
  *   R8  a waking task goes straight to an idle CPU (the built-in idle pick)
@@ -57,7 +57,7 @@ char _license[] SEC("license") = "GPL";
 
 /* Set by user space before load (see struct pyland_config); the only variable in .rodata. */
 const volatile struct pyland_config cfg = {
-	.slice_ns = 1000ULL * 1000,	/* R5: BPF default/refill slice 1 ms, not the 20 ms user budget */
+	.slice_ns = 3000ULL * 1000,	/* R5: BPF default/refill slice 3 ms, not the 20 ms user budget */
 	.usersched_tgid = 0,
 	.builtin_idle = 1,		/* R8 */
 	.timer_ns = 100ULL * 1000 * 1000,

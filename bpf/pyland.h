@@ -88,7 +88,7 @@ struct pyland_cgroup_bw {
 
 /* read-only configuration (.rodata), written by user space before load */
 struct pyland_config {
-	__u64 slice_ns;		/* BPF default/refill slice (1 ms); NOT the 20 ms user-space budget */
+	__u64 slice_ns;		/* BPF default/refill slice (3 ms); NOT the 20 ms user-space budget */
 	__u32 usersched_tgid;	/* the scheduler process: all its threads go to SCHED_DSQ */
 	__u32 builtin_idle;	/* 1: select_cpu picks an idle CPU and dispatches there directly */
 	__u64 timer_ns;		/* heartbeat period of the watchdog-keeping timer */

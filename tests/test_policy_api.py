@@ -58,7 +58,7 @@ def test_comm_text_strips_padding() -> None:
 
 def test_options_defaults_keep_budget_and_bpf_slice_apart() -> None:
     opts = PolicyOptions(nr_cpus=2)
-    assert (opts.slice_ns, opts.min_slice_ns, opts.builtin_idle) == (20_000_000, 1_000_000, True)
+    assert (opts.slice_ns, opts.min_slice_ns, opts.builtin_idle) == (20_000_000, 3_000_000, True)
 
 
 @pytest.mark.parametrize(

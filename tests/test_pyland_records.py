@@ -118,13 +118,13 @@ def test_nr_queued_is_counted_before_the_record_is_submitted() -> None:
 
 
 def test_object_defaults_separate_bpf_slice_from_user_budget() -> None:
-    """R5/R8 in the built object: .rodata defaults are a 1 ms BPF slice, builtin_idle on, 100 ms timer."""
+    """R5/R8 in the built object: .rodata defaults are a 3 ms BPF slice, builtin_idle on, 100 ms timer."""
     raw = read_section(PYLAND_OBJ, ".rodata")
     assert raw is not None
     fields = records.CONFIG.unpack(raw[: records.CONFIG.size])
     slice_ns, tgid, idle, timer_ns, backlog, starve, direct, max_slice, stall, new_direct, hold = fields
-    assert (slice_ns, tgid, idle, timer_ns, backlog, starve) == (1_000_000, 0, 1, 100_000_000, 1024, 10**9)
-    assert direct == max_slice == 20 * slice_ns  # one user-space budget, as RunOptions packs by default
+    assert (slice_ns, tgid, idle, timer_ns, backlog, starve) == (3_000_000, 0, 1, 100_000_000, 1024, 10**9)
+    assert direct == max_slice == 20_000_000  # one user-space budget, RunOptions.slice_us
     assert stall == 100_000_000  # the policy budget, RunOptions.policy_budget_ms
     assert new_direct == 1
     assert hold == 2 * 10**9  # RunOptions.cpu_max_hold_ms

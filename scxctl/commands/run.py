@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from scxctl.errors import ScxctlError, UsageError
+from scxctl.pyland.policy import DEFAULT_MIN_SLICE_NS, NSEC_PER_USEC
 
 
 class SchedulerChoice(enum.StrEnum):
@@ -44,7 +45,7 @@ def run(
     ] = 20_000,
     slice_min_us: Annotated[
         int, typer.Option("--slice-min-us", min=1, help="BPF default/refill time slice in us.")
-    ] = 1_000,
+    ] = DEFAULT_MIN_SLICE_NS // NSEC_PER_USEC,
     partial: Annotated[bool, typer.Option("--partial", help=_PARTIAL_HELP)] = False,
     stats_interval: Annotated[
         float,

@@ -43,7 +43,7 @@ class PylandOptions:
 
 
 PYLAND_MODES: dict[Mode, PylandOptions] = {
-    Mode.auto: PylandOptions(why="pyland defaults: deadline policy, 20 ms budget, 1 ms slices"),
+    Mode.auto: PylandOptions(why="pyland defaults: deadline policy, 20 ms budget, 3 ms slices"),
     Mode.gaming: PylandOptions(
         slice_us=5000, slice_min_us=500, why="short slices: interactive threads run sooner"
     ),

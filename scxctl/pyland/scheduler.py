@@ -48,7 +48,7 @@ from scxctl.pyland.cgroup_report import CgroupReport
 from scxctl.pyland.hardening import harden, set_up_priority
 from scxctl.pyland.loop import PolicyFailed, SchedulerLoop, discard_records
 from scxctl.pyland.policies.loader import load_policy
-from scxctl.pyland.policy import NSEC_PER_MSEC, NSEC_PER_USEC, Policy, PolicyOptions
+from scxctl.pyland.policy import DEFAULT_MIN_SLICE_NS, NSEC_PER_MSEC, NSEC_PER_USEC, Policy, PolicyOptions
 from scxctl.pyland.preflight import preflight
 from scxctl.pyland.records import COMPAT_MISSING, OPS_NAME, POLICY_SINCE, PROGRESS_AT, SHARED_COUNTERS
 from scxctl.pyland.run_result import RunResult, outcome, too_many_restarts
@@ -87,7 +87,7 @@ class RunOptions:
     policy: str = "deadline"
     builtin_idle: bool = True
     slice_us: int = 20_000  # user-space budget
-    slice_min_us: int = 1_000  # BPF default/refill slice
+    slice_min_us: int = DEFAULT_MIN_SLICE_NS // NSEC_PER_USEC  # BPF default/refill slice
     partial: bool = False
     stats_interval: float = 5.0  # 0: no periodic summary
     max_backlog: int = 1024  # records Python may be behind before BPF schedules new tasks itself
