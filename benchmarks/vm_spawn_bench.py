@@ -9,7 +9,8 @@ the default runs around it is the result (TCG makes absolute numbers meaningless
 the two default runs shows the guest's own noise). A warm-up round (one default and one pyland run
 of each variant) goes first and is printed but not counted: a boot's first fork run is not like
 its later ones (the first default run was the fastest of its boot in 7 boots of 11, by up to 10%,
-and the first ratio of a boot was its lowest in 8 boots of 12).
+and the first ratio of a boot was its lowest in 8 boots of 12). With several variants, they take
+turns going first in a round (see rounds()).
 Runs as root on the host (boots QEMU).
 
 Usage: .venv/bin/python -m benchmarks.vm_spawn_bench [--seconds 10] [--short 2000] [--repeat 2] [--warmup 1]
@@ -48,15 +49,7 @@ pyland() {  # pyland NAME ARGS...
     cat /sys/kernel/sched_ext/state >"$R/$name.state"
     kill -TERM $pid; wait $pid; echo $? >"$R/$name.rc"
 }
-for i in $(seq {warmup}); do
-    measure warmup-default.$i
-@WARMUP@
-done
-for i in $(seq {repeat}); do
-    measure default.$i
-@VARIANTS@
-done
-measure default.$(( {repeat} + 1 ))
+@ROUNDS@
 """
 
 
@@ -65,6 +58,23 @@ def rates(r: Path, name: str, short: int) -> tuple[float, float]:
     fork = parse_yaml_metrics((r / f"{name}.fork.yaml").read_text()).get("fork", float("nan"))
     t0, t1 = map(float, (r / f"{name}.short").read_text().split())
     return fork, short / (t1 - t0)
+
+
+def rounds(variants: list[str], repeat: int, warmup: int) -> str:
+    """The guest's measurements in order: a default run, then each variant, per round.
+
+    The variants take turns going first (reversed every other round): the pyland run right after a
+    default run was the slower one of a round in 9 pairs of 11, whichever variant it was."""
+    lines = []
+    for prefix, count in (("warmup-", warmup), ("", repeat)):
+        for i in range(1, count + 1):
+            order = list(enumerate(variants))
+            if i % 2 == 0:
+                order.reverse()
+            lines.append(f"measure {prefix}default.{i}")
+            lines += [f"pyland {prefix}pyland{v}.{i} {opts}" for v, opts in order]
+    lines.append(f"measure default.{repeat + 1}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,10 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     variants: list[str] = args.variant or [""]
     work = Path(tempfile.mkdtemp(prefix="vm_spawn_bench."))
     script = work / "bench.sh"
-    runs = "\n".join(f"    pyland pyland{v}.$i {a}" for v, a in enumerate(variants))
-    warm = "\n".join(f"    pyland warmup-pyland{v}.$i {a}" for v, a in enumerate(variants))
-    text = GUEST.replace("@VARIANTS@", runs).replace("@WARMUP@", warm).replace("@WAIT_PYLAND@", WAIT_PYLAND)
-    for key in ("seconds", "forks", "short", "repeat", "warmup"):
+    text = GUEST.replace("@ROUNDS@", rounds(variants, args.repeat, args.warmup))
+    text = text.replace("@WAIT_PYLAND@", WAIT_PYLAND)
+    for key in ("seconds", "forks", "short"):
         text = text.replace("{" + key + "}", str(getattr(args, key)))
     script.write_text(text)
     results = work / "results"

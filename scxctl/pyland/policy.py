@@ -22,9 +22,9 @@ NICE0_WEIGHT = 100  # Task.weight of a nice-0 task (sched_ext weights run 1..100
 NSEC_PER_USEC = 1_000
 NSEC_PER_MSEC = 1_000_000
 # The BPF default/refill slice. Every slice that runs out while another task waits sends its task
-# around the Python round trip: with 1 ms, stress-ng --fork's forking parents (bursts of a few ms
-# under TCG) were cut and sent about 80 times a second, and forked at 0.89-0.95 of the default
-# scheduler's rate; with 3 ms, side by side in one boot, at 1.02-1.08. Tasks that wake to run
+# around the Python round trip: with 1 ms, stress-ng --fork's workers (bursts of a few ms under
+# TCG) were cut and sent about 80 times a second, and forked at a median 0.92 of the default
+# scheduler's rate; with 3 ms, alternated with 1 ms in one boot, at 0.97. Tasks that wake to run
 # briefly are not cut by it; a boosted wake-up preempts whatever runs (the wake-up boost).
 DEFAULT_MIN_SLICE_NS = 3 * NSEC_PER_MSEC
 
