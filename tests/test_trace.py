@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -109,9 +110,46 @@ def test_mean_is_exact_from_the_kernels_sum_and_follows_intervals() -> None:
     assert est is not None and abs(est - 1400) < 0.25 * 1400
 
 
+def test_wake_ups_are_stamped_on_the_wakers_side() -> None:
+    # sched_wakeup of a wake-up queued to another CPU fires there, after the IPI and the idle exit
+    # the woken task waits through; sched_waking fires in the waker, in the same try_to_wake_up
+    probes = re.findall(r"RAW_TRACEPOINT_PROBE\((\w+)\)", wakeup.program(wakeup.Selector(), LAYOUT))
+    assert sorted(probes) == ["sched_switch", "sched_wakeup_new", "sched_waking"]
+
+
 def test_the_program_sums_each_groups_delays() -> None:
     text = wakeup.program(wakeup.Selector(comms=("a", "b")), LAYOUT)
-    assert "BPF_ARRAY(sumv, u64, GROUPS);" in text and "__sync_fetch_and_add(sum, d);" in text
+    assert "BPF_PERCPU_ARRAY(sumv, u64, GROUPS);" in text and "*sum += d;" in text
+
+
+class FakePerCpu:
+    """A bcc per-CPU array: a key reads as one value per CPU; `Leaf()` is all zeros."""
+
+    def __init__(self, rows: list[list[int]]) -> None:
+        self.rows = rows
+        self.Leaf = lambda: [0] * len(rows[0])
+
+    def __getitem__(self, key: Any) -> list[int]:
+        return self.rows[key.value]
+
+    def __setitem__(self, key: Any, value: list[int]) -> None:
+        self.rows[key.value] = list(value)
+
+
+def test_a_read_adds_the_cpus_up_and_resets_the_maxima() -> None:
+    tracer = object.__new__(wakeup.WakeupTracer)  # no bcc: the kernel's tables faked
+    tracer.selector, tracer._peak = wakeup.Selector(comms=("a", "b")), [0, 0]
+    dist = [[0, 0] for _ in range(2 * SLOTS)]
+    dist[slot_of(3000)] = [2, 1]  # group a, on both CPUs
+    dist[SLOTS + slot_of(70_000)] = [0, 4]  # group b
+    tracer._bpf = {"dist": FakePerCpu(dist), "maxv": FakePerCpu([[3100, 2900], [0, 70_500]]),
+                   "sumv": FakePerCpu([[6000, 3000], [0, 280_000]])}
+    a, b = tracer.read()
+    assert (a.total, a.max_ns, a.sum_ns) == (3, 3100, 9000)
+    assert (b.total, b.max_ns, b.sum_ns) == (4, 70_500, 280_000)
+    assert tracer._bpf["maxv"].rows == [[0, 0], [0, 0]]  # the next interval's maximum starts over
+    again = tracer.read()
+    assert (again[0].total, again[0].max_ns) == (3, 0) and tracer.overall_max() == [3100, 70_500]
 
 
 def test_text_rendering_scales_bars_to_the_fullest_row() -> None:
@@ -174,7 +212,8 @@ def test_program_groups_names_and_prefix_has_no_terminator() -> None:
     text = wakeup.program(wakeup.Selector(comms=("x", "y"), prefix="scx"), LAYOUT)
     assert "return 0;" in text and "return 1;" in text and "#define GROUPS 2" in text
     assert "c[0] == 115 && c[1] == 99 && c[2] == 120)" in text
-    group_of = text[text.index("group_of(const void *p)"):text.index("/* p is never the idle task")]
+    start = text.index("group_of(const void *p)")
+    group_of = text[start:text.index("static __always_inline struct stamp *slot_for")]
     assert group_of.rstrip().endswith("return -1;\n}"), group_of  # nothing after the last name's test
 
 
@@ -281,6 +320,9 @@ class FakeTracer:
     def overall_max(self) -> list[int]:
         return [9000]
 
+    def lost(self) -> int:
+        return 2
+
     def close(self) -> None:
         self.closed = True
 
@@ -304,7 +346,18 @@ def test_json_document(monkeypatch: pytest.MonkeyPatch) -> None:
     assert 1792 <= total["p50_ns"] <= 2048
     assert sum(b["count"] for b in total["histogram"]) == total["count"]
     assert doc["first_interval_s"] is not None and "estimated" in doc["estimate"]
+    assert doc["lost"] == 2
     assert tracers[0].closed
+
+
+def test_terminal_output_says_when_waits_were_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(deps, "require", lambda *a: None)
+    monkeypatch.setattr(trace_cmd.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(wakeup, "open_tracer", FakeTracer)
+    r = runner.invoke(app, ["trace", "wakeup", "--comm", "pp", "--duration", "0.1"])
+    assert r.exit_code == 0, r.stderr
+    assert "total over" in r.stdout
+    assert "2 waits not counted: two tasks' stamps collided" in r.stdout
 
 
 def test_not_root_is_exit_3(monkeypatch: pytest.MonkeyPatch) -> None:

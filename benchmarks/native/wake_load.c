@@ -5,16 +5,22 @@
  * and the scheduler's work around its timestamps and nothing else.
  *
  *   wake-load pingpong --name NAME --seconds S [--cgroup DIR]
+ *   wake-load wake --name NAME --seconds S [--period-us P] [--cgroup DIR]
  *   wake-load sleep --name NAME --seconds S [--period-us P] [--cgroup DIR]
  *
  * pingpong: two processes named NAME, A pinned to the first CPU of the affinity mask and B to the
  * second, bounce a futex semaphore pair; every FUTEX_WAIT that slept and was woken by the post it
  * waited for is a wake-up, timed from just before the partner's FUTEX_WAKE to just after the wait
- * returned. sleep: one process named NAME, pinned to the first CPU, 1 ns timer slack, sleeping P
- * microseconds (default 1000) in a loop; every sleep is a wake-up, timed as the oversleep.
+ * returned. wake (the sleep/wake load): one process named NAME, pinned to the first CPU, sleeps on
+ * a futex until a waker (named wake-load-waker, pinned to the second CPU) wakes it once every P
+ * microseconds (default 1000); every wake-up is timed as pingpong's are, from the waker's timestamp,
+ * so how late the waker's own timer fired is not in it. sleep: one process named NAME, pinned to
+ * the first CPU, 1 ns timer slack, sleeping P microseconds in a loop; every sleep is a wake-up,
+ * timed as the oversleep, which holds the timer interrupt's lateness too (no wake-up tracer sees
+ * that part: it comes before the wake-up).
  *
- * Both also report the kernel's own account of the same delays, from its scheduler statistics
- * (/proc/thread-self/schedstat, summed over the load's threads): `runs`, the times a thread got a
+ * All three also report the kernel's own account of the same delays, from its scheduler statistics
+ * (/proc/thread-self/schedstat, summed over the threads named NAME): `runs`, the times a thread got a
  * CPU after waiting for one, and `run_delay_ns`, the time it waited, woken or preempted alike, which
  * is what `scxctl trace wakeup` measures (its mean is run_delay_ns / runs).
  *
@@ -45,6 +51,7 @@
 
 #define MAX_SAMPLES (4u << 20) /* latencies kept per semaphore (pingpong) or in all (sleep) */
 #define NAME_LEN 16            /* the kernel's task name, NUL included */
+#define WAKER_NAME "wake-load-waker" /* the sleep/wake load's waker (15 characters) */
 
 static int64_t now_ns(void)
 {
@@ -389,6 +396,106 @@ static long long round_div(long long sum, long long n)
 	return q;
 }
 
+/* The waker of the sleep/wake load: a post every period (a timed sleep between) until the stop flag. */
+static void __attribute__((noreturn)) waker(struct shared *sh, int cpu, pid_t parent,
+					    int64_t period_ns)
+{
+	struct timespec period = { .tv_sec = period_ns / 1000000000LL,
+				   .tv_nsec = period_ns % 1000000000LL };
+
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) || getppid() != parent)
+		_exit(1);
+	/* not the sleeper's name: a trace of the sleeper's name counts the sleeper alone */
+	if (prctl(PR_SET_NAME, WAKER_NAME, 0, 0, 0) || pin(cpu)) {
+		snprintf(sh->error, sizeof(sh->error), "setting up the waker on CPU %d: %s", cpu,
+			 strerror(errno));
+		_exit(1);
+	}
+	while (!atomic_load_explicit(&sh->stop, memory_order_acquire)) {
+		struct timespec left = period;
+
+		while (clock_nanosleep(CLOCK_MONOTONIC, 0, &left, &left) == EINTR)
+			;
+		sem_post(&sh->pong); /* stamps its time just before FUTEX_WAKE */
+	}
+	_exit(0);
+}
+
+/*
+ * The sleep/wake load: this process (named NAME) sleeps on a futex until the waker, on the second
+ * CPU, wakes it once a period. Its latencies run from the waker's timestamp just before FUTEX_WAKE,
+ * so the waker's own timer (however late it fires) is not in them, only the wake-up.
+ */
+static int sleep_wake(const char *name, double seconds, int64_t period_ns)
+{
+	const struct timespec tick = { .tv_sec = 1 };
+	size_t bytes = (size_t)MAX_SAMPLES * sizeof(int64_t);
+	struct sched_account mine, start;
+	struct shared *sh;
+	int64_t *store, t0, elapsed, end;
+	long long sum = 0;
+	int cpu_a, cpu_b, status;
+	pid_t b;
+
+	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	store = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE,
+		     -1, 0);
+	if (sh == MAP_FAILED || store == MAP_FAILED)
+		die("mmap: %s", strerror(errno));
+	sh->pong.samples = store;
+
+	mask_cpus(&cpu_a, &cpu_b);
+	set_name(name);
+	fflush(NULL);
+	b = fork();
+	if (b < 0)
+		die("fork: %s", strerror(errno));
+	if (b == 0)
+		waker(sh, cpu_b, getppid(), period_ns);
+	if (pin(cpu_a)) {
+		int err = errno;
+
+		kill(b, SIGKILL);
+		waitpid(b, NULL, 0);
+		die("pinning to CPU %d: %s", cpu_a, strerror(err));
+	}
+
+	start = sched_account();
+	t0 = now_ns();
+	end = t0 + (int64_t)(seconds * 1e9);
+	while (now_ns() < end) {
+		while (!sem_wait(&sh->pong, &tick)) { /* a second with no post: is the waker there? */
+			if (waitpid(b, &status, WNOHANG) == b)
+				partner_died(sh, status);
+		}
+	}
+	elapsed = now_ns() - t0;
+	mine = sched_since(start); /* before the wait for the waker, which is not a wake-up timed */
+	atomic_store_explicit(&sh->stop, 1, memory_order_release);
+	if (waitpid(b, &status, 0) != b)
+		die("waitpid: %s", strerror(errno));
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		partner_died(sh, status);
+
+	for (size_t i = 0; i < sh->pong.kept; i++)
+		sum += store[i];
+	qsort(store, sh->pong.kept, sizeof(*store), cmp_i64);
+	printf("{\"mode\": \"wake\", \"wakeups\": %llu, \"rate_per_s\": %.1f, ",
+	       (unsigned long long)sh->pong.woken,
+	       elapsed > 0 ? (double)sh->pong.woken / ((double)elapsed / 1e9) : 0.0);
+	print_pct("p50_ns", store, sh->pong.kept, 0.5);
+	printf(", ");
+	print_pct("p90_ns", store, sh->pong.kept, 0.9);
+	if (sh->pong.kept)
+		printf(", \"mean_ns\": %lld", round_div(sum, (long long)sh->pong.kept));
+	else
+		printf(", \"mean_ns\": null");
+	print_account(mine);
+	printf(", \"samples\": %zu}\n", (size_t)sh->pong.kept);
+	finish_output();
+	return 0;
+}
+
 static int sleeper(const char *name, double seconds, int64_t period_ns)
 {
 	struct timespec period = { .tv_sec = period_ns / 1000000000LL,
@@ -461,6 +568,7 @@ static int sleeper(const char *name, double seconds, int64_t period_ns)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: wake-load pingpong --name NAME --seconds S [--cgroup DIR]\n"
+		   "       wake-load wake --name NAME --seconds S [--period-us P] [--cgroup DIR]\n"
 		   "       wake-load sleep --name NAME --seconds S [--period-us P] [--cgroup DIR]\n");
 }
 
@@ -486,10 +594,10 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (argc < 2)
-		die("no mode given (pingpong or sleep); see --help");
+		die("no mode given (pingpong, wake or sleep); see --help");
 	mode = argv[1];
-	if (strcmp(mode, "pingpong") && strcmp(mode, "sleep"))
-		die("unknown mode '%s' (pingpong or sleep)", mode);
+	if (strcmp(mode, "pingpong") && strcmp(mode, "wake") && strcmp(mode, "sleep"))
+		die("unknown mode '%s' (pingpong, wake or sleep)", mode);
 	for (int i = 2; i < argc; i++) {
 		const char *arg = argv[i], *val, *eq = strchr(arg, '=');
 		size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
@@ -499,7 +607,7 @@ int main(int argc, char **argv)
 			slot = &name;
 		else if (len == 9 && !strncmp(arg, "--seconds", len))
 			slot = &seconds_s;
-		else if (len == 11 && !strncmp(arg, "--period-us", len) && !strcmp(mode, "sleep"))
+		else if (len == 11 && !strncmp(arg, "--period-us", len) && strcmp(mode, "pingpong"))
 			slot = &period_s;
 		else if (len == 8 && !strncmp(arg, "--cgroup", len))
 			slot = &cgroup;
@@ -524,5 +632,7 @@ int main(int argc, char **argv)
 		join_cgroup(cgroup);
 	if (!strcmp(mode, "pingpong"))
 		return pingpong(name, seconds);
+	if (!strcmp(mode, "wake"))
+		return sleep_wake(name, seconds, (int64_t)(period_us * 1000));
 	return sleeper(name, seconds, (int64_t)(period_us * 1000));
 }

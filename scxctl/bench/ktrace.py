@@ -2,7 +2,7 @@
 
 The futex-measured latencies (scxctl.bench.futex) run from the waker's timestamp before FUTEX_WAKE
 to the wakee's after FUTEX_WAIT returns, so they include two syscalls and the interpreter. The same
-workers' wake-ups measured in the kernel (scxctl.trace.wakeup: sched_wakeup to sched_switch) are
+workers' wake-ups measured in the kernel (scxctl.trace.wakeup: sched_waking to sched_switch) are
 the scheduler's own delay; the two side by side show how much of a latency is the harness. The
 kernel counts every wake-up of a worker (also the fast worker's timer wake-ups after its sleep and
 preemptions), not only the sampled semaphore waits.
@@ -22,7 +22,7 @@ from scxctl.trace.hist import Histogram
 # the adaptive_priority roles whose wake-ups the futex samples time -> their task name (procs.py
 # names each process scxbench-ROLE, cut to the kernel's 15 characters)
 ROLES = {"fast": "fast-worker", "slow": "slow-worker"}
-ESTIMATE = "kernel sched_wakeup -> sched_switch; percentiles from quarter-octave buckets (within 25%)"
+ESTIMATE = "kernel sched_waking -> sched_switch; percentiles from quarter-octave buckets (within 25%)"
 
 
 def task_name(role: str) -> str:

@@ -58,7 +58,7 @@ def wakeup(
 ) -> None:
     """Wake-up to run latency of the woken tasks, measured in the kernel; totals at the end.
 
-    From sched_wakeup/sched_wakeup_new (and a preemption) to sched_switch onto a CPU, aggregated
+    From sched_waking/sched_wakeup_new (and a preemption) to sched_switch onto a CPU, aggregated
     in the kernel.
 
     Exit status: 0 done, 2 usage, 3 not root, 7 bcc or kernel headers missing.
@@ -110,6 +110,7 @@ def wakeup(
         last = tracer.read()
         total = last[0]
         total.max_ns = tracer.overall_max()[0]
+        lost = tracer.lost()
         elapsed = time.monotonic() - started
     finally:
         tracer.close()
@@ -124,11 +125,14 @@ def wakeup(
             "first_interval_s": None if first_s is None else round(first_s, 3),
             "estimate": ESTIMATE_NOTE,
             "total": {**total.summary(), "histogram": _histogram_json(total)},
+            "lost": lost,
             "intervals": intervals,
         })
     else:
         _print_hist(f"total over {elapsed:.1f} s", total)
         ui.line(f"({ESTIMATE_NOTE})")
+        if lost:
+            ui.line(f"{lost} waits not counted: two tasks' stamps collided in the tracer's table")
 
 
 def register(app: typer.Typer) -> None:
