@@ -123,6 +123,7 @@ struct shared {
 	struct sem ping; /* A -> B */
 	struct sem pong; /* B -> A */
 	_Atomic int stop;
+	int64_t period_ns;              /* the sleep/wake load's waker: its period */
 	struct sched_account b_account; /* B's, written before it exits */
 	char error[256]; /* B's reason, when it exits 1 */
 };
@@ -296,16 +297,18 @@ static void partner_died(struct shared *sh, int status)
 	die("the partner process exited with status %d", WEXITSTATUS(status));
 }
 
-static int pingpong(const char *name, double seconds)
+/*
+ * The two-process loads' start: the shared block (latency slots for both semaphores included) in
+ * MAP_SHARED memory, this process named NAME (the child inherits it) and pinned to the affinity
+ * mask's first CPU, `child` forked and pinning itself to the second. Returns the child's pid.
+ */
+static pid_t start_pair(const char *name, int64_t period_ns,
+			void (*child)(struct shared *, int, pid_t), struct shared **shp)
 {
-	const struct timespec tick = { .tv_sec = 1 };
 	size_t bytes = 2 * (size_t)MAX_SAMPLES * sizeof(int64_t);
-	struct sched_account mine, start;
 	struct shared *sh;
-	int64_t *store, *all, t0, end, elapsed;
-	uint64_t n = 0;
-	size_t kept;
-	int cpu_a, cpu_b, status;
+	int64_t *store;
+	int cpu_a, cpu_b;
 	pid_t b;
 
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -315,15 +318,16 @@ static int pingpong(const char *name, double seconds)
 		die("mmap: %s", strerror(errno));
 	sh->ping.samples = store; /* B's latencies */
 	sh->pong.samples = store + MAX_SAMPLES;
+	sh->period_ns = period_ns;
 
 	mask_cpus(&cpu_a, &cpu_b);
-	set_name(name); /* B inherits it */
+	set_name(name);
 	fflush(NULL);
 	b = fork();
 	if (b < 0)
 		die("fork: %s", strerror(errno));
 	if (b == 0)
-		partner(sh, cpu_b, getppid());
+		child(sh, cpu_b, getppid());
 	if (pin(cpu_a)) {
 		int err = errno;
 
@@ -331,6 +335,22 @@ static int pingpong(const char *name, double seconds)
 		waitpid(b, NULL, 0);
 		die("pinning to CPU %d: %s", cpu_a, strerror(err));
 	}
+	*shp = sh;
+	return b;
+}
+
+static int pingpong(const char *name, double seconds)
+{
+	const struct timespec tick = { .tv_sec = 1 };
+	struct sched_account mine, start;
+	struct shared *sh;
+	int64_t *all, t0, end, elapsed;
+	uint64_t n = 0;
+	size_t kept;
+	int status;
+	pid_t b;
+
+	b = start_pair(name, 0, partner, &sh);
 
 	start = sched_account();
 	t0 = now_ns();
@@ -396,12 +416,23 @@ static long long round_div(long long sum, long long n)
 	return q;
 }
 
-/* The waker of the sleep/wake load: a post every period (a timed sleep between) until the stop flag. */
-static void __attribute__((noreturn)) waker(struct shared *sh, int cpu, pid_t parent,
-					    int64_t period_ns)
+/* p50_ns, p90_ns and mean_ns of n sorted latencies that add up to `sum`. */
+static void print_latencies(const int64_t *sorted, size_t n, long long sum)
 {
-	struct timespec period = { .tv_sec = period_ns / 1000000000LL,
-				   .tv_nsec = period_ns % 1000000000LL };
+	print_pct("p50_ns", sorted, n, 0.5);
+	printf(", ");
+	print_pct("p90_ns", sorted, n, 0.9);
+	if (n)
+		printf(", \"mean_ns\": %lld", round_div(sum, (long long)n));
+	else
+		printf(", \"mean_ns\": null");
+}
+
+/* The waker of the sleep/wake load: a post every period (a timed sleep between) until the stop flag. */
+static void __attribute__((noreturn)) waker(struct shared *sh, int cpu, pid_t parent)
+{
+	struct timespec period = { .tv_sec = sh->period_ns / 1000000000LL,
+				   .tv_nsec = sh->period_ns % 1000000000LL };
 
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) || getppid() != parent)
 		_exit(1);
@@ -429,36 +460,12 @@ static void __attribute__((noreturn)) waker(struct shared *sh, int cpu, pid_t pa
 static int sleep_wake(const char *name, double seconds, int64_t period_ns)
 {
 	const struct timespec tick = { .tv_sec = 1 };
-	size_t bytes = (size_t)MAX_SAMPLES * sizeof(int64_t);
 	struct sched_account mine, start;
 	struct shared *sh;
 	int64_t *store, t0, elapsed, end;
 	long long sum = 0;
-	int cpu_a, cpu_b, status;
-	pid_t b;
-
-	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	store = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE,
-		     -1, 0);
-	if (sh == MAP_FAILED || store == MAP_FAILED)
-		die("mmap: %s", strerror(errno));
-	sh->pong.samples = store;
-
-	mask_cpus(&cpu_a, &cpu_b);
-	set_name(name);
-	fflush(NULL);
-	b = fork();
-	if (b < 0)
-		die("fork: %s", strerror(errno));
-	if (b == 0)
-		waker(sh, cpu_b, getppid(), period_ns);
-	if (pin(cpu_a)) {
-		int err = errno;
-
-		kill(b, SIGKILL);
-		waitpid(b, NULL, 0);
-		die("pinning to CPU %d: %s", cpu_a, strerror(err));
-	}
+	int status;
+	pid_t b = start_pair(name, period_ns, waker, &sh);
 
 	start = sched_account();
 	t0 = now_ns();
@@ -477,19 +484,14 @@ static int sleep_wake(const char *name, double seconds, int64_t period_ns)
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
 		partner_died(sh, status);
 
+	store = sh->pong.samples;
 	for (size_t i = 0; i < sh->pong.kept; i++)
 		sum += store[i];
 	qsort(store, sh->pong.kept, sizeof(*store), cmp_i64);
 	printf("{\"mode\": \"wake\", \"wakeups\": %llu, \"rate_per_s\": %.1f, ",
 	       (unsigned long long)sh->pong.woken,
 	       elapsed > 0 ? (double)sh->pong.woken / ((double)elapsed / 1e9) : 0.0);
-	print_pct("p50_ns", store, sh->pong.kept, 0.5);
-	printf(", ");
-	print_pct("p90_ns", store, sh->pong.kept, 0.9);
-	if (sh->pong.kept)
-		printf(", \"mean_ns\": %lld", round_div(sum, (long long)sh->pong.kept));
-	else
-		printf(", \"mean_ns\": null");
+	print_latencies(store, sh->pong.kept, sum);
 	print_account(mine);
 	printf(", \"samples\": %zu}\n", (size_t)sh->pong.kept);
 	finish_output();
@@ -551,13 +553,7 @@ static int sleeper(const char *name, double seconds, int64_t period_ns)
 
 	printf("{\"mode\": \"sleep\", \"wakeups\": %llu, \"rate_per_s\": %.1f, ",
 	       (unsigned long long)wakeups, (double)wakeups / seconds);
-	print_pct("p50_ns", samples, n, 0.5);
-	printf(", ");
-	print_pct("p90_ns", samples, n, 0.9);
-	if (n)
-		printf(", \"mean_ns\": %lld", round_div(sum, (long long)n));
-	else
-		printf(", \"mean_ns\": null");
+	print_latencies(samples, n, sum);
 	print_account(mine);
 	printf(", \"samples\": %zu}\n", n);
 	finish_output();
