@@ -105,6 +105,14 @@ def _traced(results: Path, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return json.loads(read(results, f"{name}.trace.json")), json.loads(read(results, f"{name}.load.json"))
 
 
+def _p50s(results: Path, name: str) -> tuple[int, int]:
+    """(traced p50, the load's own p50) in ns, both present."""
+    trace, load = _traced(results, name)
+    got, want = trace["total"]["p50_ns"], load["p50_ns"]
+    assert got and want, (trace["total"], load)
+    return got, want
+
+
 PHASES = ("default", "pyland")
 CASES = [f"{phase}-{load}" for phase in PHASES for load in ("pp", "sw", "tm")]
 # the loads whose own clock starts where the wake-up starts (the waker's FUTEX_WAKE)
@@ -125,9 +133,7 @@ def test_p50_is_part_of_what_the_load_itself_measured(guest: Path, name: str) ->
     # The load (native, benchmarks/native/wake_load.c) times from just before FUTEX_WAKE (or from
     # the sleep's end) to just after its wait returns; the kernel's wake -> run delay lies inside
     # that window, so it is at most the load's figure.
-    trace, load = _traced(guest, name)
-    got, want = trace["total"]["p50_ns"], load["p50_ns"]
-    assert got and want, (trace["total"], load)
+    got, want = _p50s(guest, name)
     print(f"\n{name}: traced p50 {got} ns, the load measured {want} ns: {want / got:.2f}x")
     assert 1_000 <= got <= want, f"traced p50 {got} ns, the load measured {want} ns"
 
@@ -138,9 +144,7 @@ def test_p50_is_within_2x_of_what_the_load_itself_measured(guest: Path, name: st
     # is the two syscalls' entry and exit: the window must hold most of the load's figure. (The
     # timed sleep is left out: its oversleep also holds the timer interrupt's lateness, under TCG
     # more than the wake-up itself, which happens before any wake-up a tracer can see.)
-    trace, load = _traced(guest, name)
-    got, want = trace["total"]["p50_ns"], load["p50_ns"]
-    assert got and want, (trace["total"], load)
+    got, want = _p50s(guest, name)
     assert want <= 2 * got, f"traced p50 {got} ns, the load measured {want} ns: {want / got:.2f}x"
 
 

@@ -297,6 +297,18 @@ static void partner_died(struct shared *sh, int status)
 	die("the partner process exited with status %d", WEXITSTATUS(status));
 }
 
+/* Take one post of B's (sh->pong), making sure once a second with none that B is still there. */
+static void take_from_partner(struct shared *sh, pid_t b)
+{
+	const struct timespec tick = { .tv_sec = 1 };
+	int status;
+
+	while (!sem_wait(&sh->pong, &tick)) {
+		if (waitpid(b, &status, WNOHANG) == b)
+			partner_died(sh, status);
+	}
+}
+
 /*
  * The two-process loads' start: the shared block (latency slots for both semaphores included) in
  * MAP_SHARED memory, this process named NAME (the child inherits it) and pinned to the affinity
@@ -341,7 +353,6 @@ static pid_t start_pair(const char *name, int64_t period_ns,
 
 static int pingpong(const char *name, double seconds)
 {
-	const struct timespec tick = { .tv_sec = 1 };
 	struct sched_account mine, start;
 	struct shared *sh;
 	int64_t *all, t0, end, elapsed;
@@ -357,10 +368,7 @@ static int pingpong(const char *name, double seconds)
 	end = t0 + (int64_t)(seconds * 1e9);
 	while (now_ns() < end) {
 		sem_post(&sh->ping);
-		while (!sem_wait(&sh->pong, &tick)) { /* a second with no pong: is B still there? */
-			if (waitpid(b, &status, WNOHANG) == b)
-				partner_died(sh, status);
-		}
+		take_from_partner(sh, b);
 		n++;
 	}
 	elapsed = now_ns() - t0;
@@ -459,7 +467,6 @@ static void __attribute__((noreturn)) waker(struct shared *sh, int cpu, pid_t pa
  */
 static int sleep_wake(const char *name, double seconds, int64_t period_ns)
 {
-	const struct timespec tick = { .tv_sec = 1 };
 	struct sched_account mine, start;
 	struct shared *sh;
 	int64_t *store, t0, elapsed, end;
@@ -470,12 +477,8 @@ static int sleep_wake(const char *name, double seconds, int64_t period_ns)
 	start = sched_account();
 	t0 = now_ns();
 	end = t0 + (int64_t)(seconds * 1e9);
-	while (now_ns() < end) {
-		while (!sem_wait(&sh->pong, &tick)) { /* a second with no post: is the waker there? */
-			if (waitpid(b, &status, WNOHANG) == b)
-				partner_died(sh, status);
-		}
-	}
+	while (now_ns() < end)
+		take_from_partner(sh, b);
 	elapsed = now_ns() - t0;
 	mine = sched_since(start); /* before the wait for the waker, which is not a wake-up timed */
 	atomic_store_explicit(&sh->stop, 1, memory_order_release);
