@@ -32,7 +32,12 @@ class Misbehave(DeadlinePolicy):
         self.next_look = 0.0
         self.slow_s = float(os.environ.get("SLOW_S", "0.002"))
         self.starve = os.environ.get("STARVE_COMM", "starveme").encode().ljust(16, b"\0")
-        self.stuck_file = os.environ.get("STUCK_FILE", "/tmp/stuck_at")
+        # Created here, not when the policy gets stuck: creating a file on the results disk can
+        # block past the budget under TCG, and the watchdog would fire before the time is written.
+        self.stuck_fd = -1
+        if self.mode in ("stuck", "swallow"):
+            stuck_file = os.environ.get("STUCK_FILE", "/tmp/stuck_at")
+            self.stuck_fd = os.open(stuck_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 
     def decide(self, task: Task, decision: Decision) -> None:
         super().decide(task, decision)
@@ -57,8 +62,7 @@ class Misbehave(DeadlinePolicy):
                 decision.slice_ns = 10_000_000_000
 
     def _get_stuck(self) -> None:
-        with open(self.stuck_file, "w") as f:
-            f.write(f"{time.clock_gettime(time.CLOCK_REALTIME):.6f}\n")
+        os.write(self.stuck_fd, f"{time.clock_gettime(time.CLOCK_REALTIME):.6f}\n".encode())
         n = 0
         while True:
             if self.mode == "swallow":
