@@ -3,14 +3,18 @@ time from starting `scxctl trace` to its first printed interval (bcc compiles at
 
 The tracer's programs (filtered on the load's name, and with no filter) and a floor, empty programs
 on the same three tracepoints, are compiled once, then attached in turn between rounds: untraced,
-floor, filtered, unfiltered, ROUNDS times, so the machine's drift falls on every row alike. The
+floor, filtered, unfiltered, ROUNDS times, each taking the first place in turn, so the machine's
+drift and a run's place in its round fall on every row alike (use a multiple of 4 rounds). The
 floor is what any tracer of these tracepoints costs (the kernel's own dispatch to BPF); the rows
-above it are what the program does. Ratios are of the medians. Target: filtered < 5% slower.
+above it are what the program does. Each run is divided by its own round's untraced run; a row's
+cost is 1 - the median of those ratios, with a bootstrap 95% interval: the interval says what the
+rounds can tell apart. Target: filtered < 5% slower.
 
 The cross-check, independent of the round-trip rate and its noise: the kernel's own accounting of
 each program's run time (kernel.bpf_stats_enabled, read from the programs' fdinfo) over one more
-traced ping-pong per program, as nanoseconds per round trip. It holds the programs' bodies, not the
-dispatch to them (the floor row's time is the accounting's own cost per run).
+traced ping-pong per program and pass (three passes, taking turns), as nanoseconds per round
+trip, the median of the passes. It holds the programs' bodies, not the dispatch to them (the floor
+row's time is the accounting's own cost per run).
 Needs root, bcc and the running kernel's headers; in the guest:
 
   python -m tools.vm run --headers -- python3 -m benchmarks.trace_overhead
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
 import statistics
 import subprocess
@@ -95,10 +100,17 @@ def program_ns_per_trip(bpf: Any, seconds: float) -> float:
     return (run_time_ns(bpf) - before) / max(trips, 1)
 
 
+def median_ci(values: list[float], resamples: int = 4000) -> tuple[float, float]:
+    """A 95% bootstrap interval of the median (seeded: the same rates give the same interval)."""
+    rng = random.Random(0)
+    meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
+    return meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=2.0)
-    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--rounds", type=int, default=16)
     args = p.parse_args(argv)
     first, compiled = first_interval_s()
     programs = {"floor (empty programs)": compile_program(FLOOR),
@@ -107,19 +119,39 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for bpf in programs.values():
             attach(bpf, False)
-        rows: dict[str, list[float]] = {"untraced": []} | {k: [] for k in programs}
-        for _ in range(args.rounds):
-            rows["untraced"].append(rate(args.seconds))
-            for label, bpf in programs.items():
-                attach(bpf, True)
-                try:
+        variants: list[tuple[str, Any]] = [("untraced", None), *programs.items()]
+        rows: dict[str, list[float]] = {label: [] for label, _ in variants}
+        on: Any = None  # the program attached now
+        try:
+            for i in range(args.rounds):
+                # each variant takes each place in a round in turn: a run's place (first after a
+                # compile, right after an attach) must not fall on one row only
+                for label, bpf in variants[i % len(variants):] + variants[:i % len(variants)]:
+                    # The next program is attached before the last one leaves: the tracepoints'
+                    # static keys then flip only between untraced and traced runs. Each flip
+                    # patches __schedule's code while the other CPU runs it; under multi-threaded
+                    # TCG one such patch in some hundreds ended the guest ("Oops: int3").
+                    if bpf is not None:
+                        attach(bpf, True)
+                    if on is not None:
+                        attach(on, False)
+                    on = bpf
                     rows[label].append(rate(args.seconds))
-                finally:
-                    attach(bpf, False)
+        finally:
+            if on is not None:
+                attach(on, False)
         was = BPF_STATS.read_text().strip()
         BPF_STATS.write_text("1")
         try:
-            per_trip = {k: program_ns_per_trip(bpf, args.seconds) for k, bpf in programs.items()}
+            # three passes, each program first in one: measured once each in a fixed order, the
+            # filtered program (always right after the floor) read 1.2-1.6x the unfiltered one's
+            # time in four boots; taking turns, the two were alike
+            samples: dict[str, list[float]] = {k: [] for k in programs}
+            items = list(programs.items())
+            for i in range(3):
+                for k, bpf in items[i:] + items[:i]:
+                    samples[k].append(program_ns_per_trip(bpf, args.seconds))
+            per_trip = {k: statistics.median(v) for k, v in samples.items()}
         finally:
             BPF_STATS.write_text(was)
     finally:
@@ -127,13 +159,27 @@ def main(argv: list[str] | None = None) -> int:
             bpf.cleanup()
     med = {k: statistics.median(v) for k, v in rows.items()}
     b = med["untraced"]
-    print(f"{'futex ping-pong':<24} {'round trips/s':>14} {'vs untraced':>12}  rounds")
+    # each run against the untraced run of its own round, seconds apart: the host's drift, which
+    # moves whole stretches of rounds by 10-20%, falls out of the ratio
+    ratios = {k: [x / u for x, u in zip(v, rows["untraced"], strict=True)] for k, v in rows.items()}
+    cost = {k: 1 - statistics.median(r) for k, r in ratios.items()}
+    ci = {k: median_ci(r) for k, r in ratios.items()}
+    # the same pairs as time added to a round trip: comparable across guests whose round trips
+    # differ (an idle CPU's wake-up under emulation is most of one)
+    added = {k: statistics.median(1e9 / x - 1e9 / u for x, u in zip(v, rows["untraced"], strict=True))
+             for k, v in rows.items()}
+    print(f"{'futex ping-pong':<24} {'round trips/s':>14} {'cost':>7} {'95% interval':>16} "
+          f"{'ns/trip':>8}  rounds")
     for label, v in rows.items():
-        print(f"{label:<24} {med[label]:>14.0f} {med[label] / b:>11.3f}x  {[round(x) for x in v]}")
-    overhead = 1 - med[f"traced --comm {NAME}"] / b
-    floor = 1 - med["floor (empty programs)"] / b
+        lo, hi = ci[label]
+        print(f"{label:<24} {med[label]:>14.0f} {cost[label] * 100:>6.1f}% "
+              f"{(1 - hi) * 100:>6.1f}% - {(1 - lo) * 100:>5.1f}% {added[label]:>8.0f}  "
+              f"{[round(x) for x in v]}")
+    overhead = cost[f"traced --comm {NAME}"]
+    floor = cost["floor (empty programs)"]
     print(f"overhead (filtered): {overhead * 100:.1f}% (target < {TARGET * 100:.0f}%); the floor, "
-          f"empty programs on the same tracepoints: {floor * 100:.1f}%")
+          f"empty programs on the same tracepoints: {floor * 100:.1f}%; cost = 1 - the median of "
+          "each run's rate over its round's untraced rate")
     trip_ns = 1e9 / b
     print(f"program run time per round trip (kernel.bpf_stats; a round trip untraced: {trip_ns:.0f} ns):")
     for label, ns in per_trip.items():
@@ -141,8 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"time to first interval: {first:.1f} s (bcc compile and load {compiled:.1f} s)")
     print(json.dumps({"rates": rows, "program_ns_per_trip": {k: round(v) for k, v in per_trip.items()},
                       "overhead_filtered": round(overhead, 4),
-                      "overhead_unfiltered": round(1 - med["traced, no filter"] / b, 4),
+                      "overhead_unfiltered": round(cost["traced, no filter"], 4),
                       "overhead_floor": round(floor, 4),
+                      "added_ns_per_trip": {k: round(v) for k, v in added.items()},
+                      "overhead_95": {k: [round(1 - hi, 4), round(1 - lo, 4)] for k, (lo, hi) in ci.items()},
                       "first_interval_s": round(first, 2), "compile_s": compiled}))
     return 0
 
