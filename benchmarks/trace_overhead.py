@@ -100,6 +100,12 @@ def program_ns_per_trip(bpf: Any, seconds: float) -> float:
     return (run_time_ns(bpf) - before) / max(trips, 1)
 
 
+def rotated(items: list[Any], i: int) -> list[Any]:
+    """`items` starting at its i-th (modulo its length): in round i, item i goes first."""
+    k = i % len(items)
+    return items[k:] + items[:k]
+
+
 def median_ci(values: list[float], resamples: int = 4000) -> tuple[float, float]:
     """A 95% bootstrap interval of the median (seeded: the same rates give the same interval)."""
     rng = random.Random(0)
@@ -126,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(args.rounds):
                 # each variant takes each place in a round in turn: a run's place (first after a
                 # compile, right after an attach) must not fall on one row only
-                for label, bpf in variants[i % len(variants):] + variants[:i % len(variants)]:
+                for label, bpf in rotated(variants, i):
                     # The next program is attached before the last one leaves: the tracepoints'
                     # static keys then flip only between untraced and traced runs. Each flip
                     # patches __schedule's code while the other CPU runs it; under multi-threaded
@@ -149,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             samples: dict[str, list[float]] = {k: [] for k in programs}
             items = list(programs.items())
             for i in range(3):
-                for k, bpf in items[i:] + items[:i]:
+                for k, bpf in rotated(items, i):
                     samples[k].append(program_ns_per_trip(bpf, args.seconds))
             per_trip = {k: statistics.median(v) for k, v in samples.items()}
         finally:
