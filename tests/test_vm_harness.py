@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -74,6 +75,15 @@ def test_run_cli_builds_the_spec_and_exits_with_the_command_code(monkeypatch: py
     assert (fake.spec.systemd, fake.spec.timeout, fake.spec.cpus, fake.spec.mem) == (True, 7.0, 3, "1G")
     assert fake.spec.copies == [Copy(Path("a"), "/b")]
     assert fake.spec.results == Path("out")
+
+
+def test_run_cli_icount_reaches_the_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _FakeRun(0)
+    monkeypatch.setattr(runner, "run", fake)
+    res = CliRunner().invoke(cli.app, ["run", "--icount", "2", "--", "true"])
+    assert res.exit_code == 0, res.output
+    assert fake.spec is not None and fake.spec.icount == 2
+    assert CliRunner().invoke(cli.app, ["run", "--icount", "-1", "--", "true"]).exit_code == 2
 
 
 def test_run_cli_options_after_the_command_belong_to_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -396,6 +406,12 @@ def test_qemu_argv_snapshots_root_and_selects_init() -> None:
     cmdline = sd[sd.index("-append") + 1]
     assert "init=" not in cmdline and "scxvm.mode=systemd" in cmdline
     assert "kvm" in sd and "host" in sd
+    counted = qemu.argv(qemu.Machine(Path("/k"), Path("/r"), Path("/u"), Path("/c"), Path("/t"), Path("/o"),
+                                     icount=0))  # fmt: skip
+    # icount needs single-threaded TCG; sleep=off: idle time is skipped, not waited in host time
+    assert "tcg,thread=single" in counted
+    assert counted[counted.index("-icount") + 1] == "shift=0,sleep=off,align=off"
+    assert "-icount" not in argv and "-icount" not in single
 
 
 def test_run_disk_carries_the_tree_and_gives_results_back(tmp_path: Path) -> None:
@@ -990,6 +1006,26 @@ def test_guest_timeout_is_reported_as_one(vm: VM) -> None:
     assert "before-hang" in res.output  # streamed before the hang
     assert res.boot_s is not None and res.qemu_s is not None
     assert res.qemu_s < res.boot_s + 5 + 30  # killed soon after the 5 s, not at some later limit
+
+
+ICOUNT_RATES = """cd /opt/scxctl && python3 -c '
+from benchmarks.trace_load import pingpong
+print(*(pingpong("scxicount", 0.5)["rate_per_s"] for _ in range(5)))'
+"""
+
+
+@pytest.mark.vm
+def test_icount_guest_rates_do_not_move_with_the_host(vm: VM) -> None:
+    """Under --icount a futex ping-pong's rate, by the guest's clock, repeats to a fraction of a
+    percent (multi-threaded TCG: 7-15% from one run to the next), whatever else the host runs.
+    Now and then a guest task runs on the other vCPU during a run and costs it a few percent:
+    most runs, not all, must agree."""
+    res = vm.run(ICOUNT_RATES, timeout=180, icount=0)
+    assert res.returncode == 0, res.output
+    rates = [float(x) for x in res.output.split()[-5:]]
+    mid = statistics.median(rates)
+    assert mid > 1000, rates
+    assert sum(abs(r / mid - 1) < 0.005 for r in rates) >= 3, rates
 
 
 @pytest.mark.vm

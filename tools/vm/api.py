@@ -96,6 +96,7 @@ class VM:
         then: str | None = None,
         then_kernel: str | None = None,
         headers: bool = False,
+        icount: int | None = None,
     ) -> VMResult:
         """Run `command` in a fresh guest; a guest kernel panic gets up to PANIC_ATTEMPTS boots,
         PATCH_FLAKE_ATTEMPTS when every panic was the stale-patch flake, and none when the report
@@ -106,6 +107,8 @@ class VM:
         (the result's code is then the second command's), booting `then_kernel` when given (a
         version spec, as `kernel`). /results collects what both wrote.
         `headers`: the kernel's headers installed as linux-headers-RELEASE would (for bcc).
+        `icount`: the guest's clock counts its instructions (qemu.accel_args), for rates that must
+        not move with the host's load.
 
         Multi-threaded TCG now and then runs a stale copy of code the guest kernel is patching
         (qemu.accel_args). A fresh boot tells such a flake from a real bug, and the last boot runs
@@ -128,6 +131,7 @@ class VM:
             then=then,
             then_kernel=then_kernel,
             headers=headers,
+            icount=icount,
         )
         out = runner.run(spec, sink=io.BytesIO())
         boots = 1

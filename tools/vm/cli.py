@@ -135,6 +135,12 @@ def run_cmd(
     tcg_single: Annotated[
         bool, typer.Option("--tcg-single", help="One host thread for all vCPUs (no code-patching races).")
     ] = False,
+    icount: Annotated[
+        int | None,
+        typer.Option("--icount", metavar="SHIFT", min=0, max=10,
+                     help="Guest time counted in instructions (2**SHIFT ns each; TCG, one host thread): "
+                          "rates measured in the guest no longer depend on the host's speed or load."),
+    ] = None,
     kernel_version: Annotated[
         str | None, typer.Option("--kernel", help="Guest kernel: " + VERSION_HELP)
     ] = None,
@@ -162,7 +168,7 @@ def run_cmd(
         raise typer.BadParameter(f"one of: {', '.join(image.FLAVOURS)}", param_hint="--flavour")
     spec = runner.RunSpec(
         command=command_string(command), timeout=timeout, boot_timeout=boot_timeout, systemd=systemd,
-        cpus=cpus, mem=mem, copies=copies, results=results, keep=keep, tcg_single=tcg_single,
+        cpus=cpus, mem=mem, copies=copies, results=results, keep=keep, tcg_single=tcg_single, icount=icount,
         kernel=kernel_version, flavour=flavour, then=then, then_kernel=then_kernel, headers=headers,
     )  # fmt: skip
     try:

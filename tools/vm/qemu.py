@@ -27,6 +27,7 @@ class Machine:
     mem: str = "2G"
     systemd: bool = False
     tcg_single: bool = False  # one host thread for all vCPUs (see accel_args)
+    icount: int | None = None  # guest time counted in instructions, 2**icount ns each (see accel_args)
     # root_image is a per-run qcow2 overlay over the base image that keeps the guest's writes (for
     # a second boot of the same disk), instead of the raw base image with its writes thrown away
     persistent_root: bool = False
@@ -55,7 +56,7 @@ def kernel_cmdline(systemd: bool) -> str:
     return " ".join(args)
 
 
-def accel_args(accel: str, tcg_single: bool = False) -> list[str]:
+def accel_args(accel: str, tcg_single: bool = False, icount: int | None = None) -> list[str]:
     """KVM, or TCG with one host thread per vCPU (default) or one for all (`tcg_single`).
 
     Multi-threaded TCG now and then executes a stale copy of code the guest kernel is patching
@@ -64,9 +65,17 @@ def accel_args(accel: str, tcg_single: bool = False) -> list[str]:
     test that switches schedulers many times meets it often; single-threaded TCG runs the vCPUs in
     turn and cannot. It is slower, and its vCPUs never run in parallel, so performance tests keep
     the default.
+
+    `icount`: the guest's clock is driven by the instructions it executes (2**icount ns each) and
+    jumps over idle time (sleep=off), so a rate the guest measures counts instructions and no longer
+    depends on how fast or how loaded the host is. A comparison of two guest rates then resolves
+    differences far below the host's noise; the price is single-threaded TCG (icount needs it).
     """
     if accel == "kvm":
         return ["-accel", "kvm", "-cpu", "host"]
+    if icount is not None:
+        counted = f"shift={icount},sleep=off,align=off"
+        return ["-accel", "tcg,thread=single", "-cpu", "max", "-icount", counted]
     return ["-accel", f"tcg,thread={'single' if tcg_single else 'multi'}", "-cpu", "max"]
 
 
@@ -86,7 +95,7 @@ def argv(m: Machine, binary: str = QEMU) -> list[str]:
         ]  # fmt: skip
 
     return [
-        binary, "-name", "scxvm", "-machine", "q35", *accel_args(m.accel, m.tcg_single),
+        binary, "-name", "scxvm", "-machine", "q35", *accel_args(m.accel, m.tcg_single, m.icount),
         "-smp", str(m.cpus), "-m", m.mem,
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
         "-kernel", str(m.kernel), "-append", kernel_cmdline(m.systemd),

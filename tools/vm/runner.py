@@ -56,6 +56,7 @@ class RunSpec:
     results: Path | None = None
     keep: bool = False  # keep the work dir (logs, run disk) for debugging
     tcg_single: bool = False  # single-threaded TCG (qemu.accel_args says when and why)
+    icount: int | None = None  # instruction-counted guest time (qemu.accel_args); single-threaded TCG
     kernel: str | None = None  # a version spec (kernel.prepare); None: the default kernel
     flavour: str = image.DEFAULT  # image.INSTALLED: the bare image, no working tree in the guest
     then: str | None = None  # a second command, run by a second boot of the same root disk
@@ -245,7 +246,7 @@ def run(spec: RunSpec, sink: BinaryIO | None = None) -> Outcome:
             kernel=kernel.boot_image(info), root_image=root, run_image=run_img,
             console_log=work / "console.log", ctl_log=work / "ctl.log", out_log=work / "out.log",
             accel=acc, cpus=spec.cpus, mem=spec.mem, systemd=spec.systemd, tcg_single=spec.tcg_single,
-            persistent_root=persistent,
+            icount=spec.icount, persistent_root=persistent,
         )  # fmt: skip
         for p in (m.console_log, m.ctl_log, m.out_log):
             p.touch()
@@ -253,7 +254,7 @@ def run(spec: RunSpec, sink: BinaryIO | None = None) -> Outcome:
         # itself. Timeouts start once they are held.
         queued = time.monotonic()
         total = slots.host_slots()
-        need = slots.needed(spec.cpus, spec.tcg_single and acc == "tcg", total)
+        need = slots.needed(spec.cpus, (spec.tcg_single or spec.icount is not None) and acc == "tcg", total)
         with slots.held(config.cache_dir(), need, total) as waited:
             log.info("booting guest", accel=acc, cpus=spec.cpus, mem=spec.mem, systemd=spec.systemd,
                      kernel=info.release, flavour=spec.flavour, host_cores=f"{need}/{total}",
