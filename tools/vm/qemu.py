@@ -72,6 +72,7 @@ def accel_args(accel: str, tcg_single: bool = False, icount: int | None = None) 
     differences far below the host's noise; the price is single-threaded TCG (icount needs it).
     """
     if accel == "kvm":
+        assert icount is None, "instruction counting needs TCG"
         return ["-accel", "kvm", "-cpu", "host"]
     if icount is not None:
         counted = f"shift={icount},sleep=off,align=off"
