@@ -163,7 +163,7 @@ class VM:
             qemu_s=out.qemu_s,
             queued_s=out.queued_s,
             boots=boots,
-            tcg_single=spec.tcg_single,
+            tcg_single=spec.one_host_thread,
             kernel=kernel,
             second_boot_s=out.second_boot_s,
         )

@@ -63,6 +63,11 @@ class RunSpec:
     then_kernel: str | None = None  # the second boot's kernel (a version spec); None: the first's
     headers: bool = False  # the kernel's headers in the guest (for bcc), fetched once per kernel
 
+    @property
+    def one_host_thread(self) -> bool:
+        """Whether TCG runs every vCPU on one host thread: asked for, or needed by icount."""
+        return self.tcg_single or self.icount is not None
+
 
 @dataclass
 class Outcome:
@@ -245,7 +250,7 @@ def run(spec: RunSpec, sink: BinaryIO | None = None) -> Outcome:
         m = qemu.Machine(
             kernel=kernel.boot_image(info), root_image=root, run_image=run_img,
             console_log=work / "console.log", ctl_log=work / "ctl.log", out_log=work / "out.log",
-            accel=acc, cpus=spec.cpus, mem=spec.mem, systemd=spec.systemd, tcg_single=spec.tcg_single,
+            accel=acc, cpus=spec.cpus, mem=spec.mem, systemd=spec.systemd, tcg_single=spec.one_host_thread,
             icount=spec.icount, persistent_root=persistent,
         )  # fmt: skip
         for p in (m.console_log, m.ctl_log, m.out_log):
@@ -254,7 +259,7 @@ def run(spec: RunSpec, sink: BinaryIO | None = None) -> Outcome:
         # itself. Timeouts start once they are held.
         queued = time.monotonic()
         total = slots.host_slots()
-        need = slots.needed(spec.cpus, acc == "tcg" and (spec.tcg_single or spec.icount is not None), total)
+        need = slots.needed(spec.cpus, acc == "tcg" and spec.one_host_thread, total)
         with slots.held(config.cache_dir(), need, total) as waited:
             log.info("booting guest", accel=acc, cpus=spec.cpus, mem=spec.mem, systemd=spec.systemd,
                      kernel=info.release, flavour=spec.flavour, host_cores=f"{need}/{total}",
