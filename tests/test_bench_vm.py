@@ -26,6 +26,10 @@ TIMES = "--min-time 3 --max-time 6"
 
 REF_ADAPTIVE_S = 10  # schtest's max-time
 REF_FAIRNESS_S = 6
+# The bench reports fairness as the median of its three runs; the reference is compared the same
+# way: a single 6 s run of it under pyland once read 0.934 where the bench's three, in the same
+# boot, read 0.971-0.979.
+REF_FAIRNESS_RUNS = 3
 REF_ROUND_TRIPS = 5000  # as many as the bench's floor
 # A TCG guest's ping-pong latency is bimodal (11 or 20-24 us per run, for the reference as much as
 # for the bench, flipping between runs a second apart), so the floor is compared as the median of
@@ -42,7 +46,9 @@ set -u
 REF=/opt/scxctl/tests/native/build/schtest-ref
 ref() {{  # ref NAME: the independent implementation's three measurements under the running scheduler
     $REF adaptive 0 {REF_ADAPTIVE_S} >/results/ref-$1-adaptive.json 2>>/results/ref.err
-    $REF fairness {REF_FAIRNESS_S} >/results/ref-$1-fairness.json 2>>/results/ref.err
+    for i in $(seq {REF_FAIRNESS_RUNS}); do
+        $REF fairness {REF_FAIRNESS_S} >/results/ref-$1-fairness-$i.json 2>>/results/ref.err
+    done
     $REF pingpong 0 {REF_ROUND_TRIPS} >/results/ref-$1-pingpong.json 2>>/results/ref.err
     for i in $(seq {FLOOR_PAIRS}); do  # `scxctl bench` with no --scheduler measures what runs now
         $REF pingpong 0 {REF_ROUND_TRIPS} >/results/floor-$1-ref-$i.json 2>>/results/ref.err
@@ -252,9 +258,10 @@ def test_pyland_verdict_agrees_with_the_native_reference(guest: Any) -> None:
 def test_fairness_is_within_003_of_the_native_reference(guest: Any, scheduler: str) -> None:
     report = _report(guest, "fairness")
     mine = _run(report, scheduler)["tests"][0]["metric"]
-    ref = _ref(guest, scheduler, "fairness")["metric"]
-    print(f"\n{scheduler}: fairness bench {mine}, reference {ref:.4f}")
-    assert abs(mine - ref) <= 0.03, _figures(report)
+    refs = [_ref(guest, scheduler, f"fairness-{i}")["metric"] for i in range(1, REF_FAIRNESS_RUNS + 1)]
+    ref = statistics.median(refs)
+    print(f"\n{scheduler}: fairness bench {mine}, reference {ref:.4f} (median of {refs})")
+    assert abs(mine - ref) <= 0.03, f"reference runs {refs}\n" + _figures(report)
 
 
 @pytest.mark.parametrize("scheduler", ["default", "pyland"])
