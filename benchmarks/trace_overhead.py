@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import re
 import statistics
 import subprocess
@@ -45,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.trace_load import pingpong
+from scxctl.bench.ab_stats import median_ci
+from scxctl.bench.workload import rotated
 from scxctl.trace.wakeup import Selector, compile_for, compile_program
 
 NAME = "scxtov"
@@ -111,19 +112,6 @@ def program_ns_per_trip(bpf: Any, seconds: float) -> float:
     finally:
         attach(bpf, False)
     return (run_time_ns(bpf) - before) / max(trips, 1)
-
-
-def rotated(items: list[Any], i: int) -> list[Any]:
-    """`items` starting at its i-th (modulo its length): in round i, item i goes first."""
-    k = i % len(items)
-    return items[k:] + items[:k]
-
-
-def median_ci(values: list[float], resamples: int = 4000) -> tuple[float, float]:
-    """A 95% bootstrap interval of the median (seeded: the same rates give the same interval)."""
-    rng = random.Random(0)
-    meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples))
-    return meds[int(0.025 * resamples)], meds[int(0.975 * resamples) - 1]
 
 
 def main(argv: list[str] | None = None) -> int:

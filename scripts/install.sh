@@ -38,7 +38,7 @@ apt-get install -y -q --no-install-recommends \
     python3 python3-venv python3-pip ca-certificates \
     clang-19 llvm-19 make gcc libc6-dev \
     qemu-system-x86 qemu-utils debootstrap e2fsprogs cpio zstd xz-utils kmod \
-    stress-ng procps util-linux git
+    stress-ng rt-tests procps util-linux git
 apt-get install -y -q --no-install-recommends "${backports[@]}" libbpf1 libbpf-dev bpftool
 
 log "creating .venv with the project"

@@ -182,7 +182,7 @@ def test_completion_of_command_names_comes_from_the_table(typer_itself: set[str]
     ("words", "cword", "expected"),
     [
         ("scxctl st", 1, {"status"}),
-        ("scxctl bench ", 2, {"adaptive-priority", "fairness", "all", "list"}),
+        ("scxctl bench ", 2, {"adaptive-priority", "fairness", "all", "workload", "list"}),
         ("scxctl status --", 2, {"--json", "--help"}),
         ("scxctl run --pol", 2, {"--policy", "--policy-budget-ms"}),
         ("scxctl --log-format ", 2, {"auto", "console", "json"}),

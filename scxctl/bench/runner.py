@@ -288,11 +288,13 @@ def exit_code(report: dict[str, Any]) -> ExitCode:
     return ExitCode.OK if statuses and all(s == "pass" for s in statuses) else ExitCode.FAILURE
 
 
-def save(report: dict[str, Any], text: str, output: Path | None = None) -> Path:
-    """Atomic writes: always under bench_results_dir() with a timestamp, and to --output if given."""
+def save(report: dict[str, Any], text: str, output: Path | None = None, tag: str | None = None) -> Path:
+    """Atomic writes: always under bench_results_dir() with a timestamp, and to --output if given.
+
+    `tag` names the file after what ran (default: the tests of a schtest-style report)."""
     stamp = report["created"].replace("-", "").replace(":", "")
-    tests = "+".join(t.replace("_", "-") for t in report["options"]["tests"])
-    path = paths.bench_results_dir() / f"{stamp}-{tests}-{os.getpid()}.json"
+    tag = tag or "+".join(t.replace("_", "-") for t in report["options"]["tests"])
+    path = paths.bench_results_dir() / f"{stamp}-{tag}-{os.getpid()}.json"
     atomic_write_text(path, text)
     if output is not None:
         atomic_write_text(output, text)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -185,6 +186,80 @@ bench_app.command("fairness")(
     _command(["fairness"], "Do pinned and unpinned CPU hogs get comparable CPU time? (pass >= 0.60)" + _EXIT)
 )
 bench_app.command("all")(_command(list(TESTS), "Run adaptive-priority, then fairness." + _EXIT))
+
+
+_WORKLOAD_EXIT = (
+    "\n\nExit status: 0 every run completed; 1 a run failed, timed out or its scheduler did not start;"
+    " 2 usage (unknown scheduler, command not found, a --metric matching nothing in the first run);"
+    " 3 permission; 4 no sched_ext; 5 another scheduler is loaded; 8 a run was invalid (its scheduler"
+    " left, or another sched_ext scheduler ran during a default run); 130 interrupted."
+)
+
+
+@bench_app.command(
+    "workload",
+    context_settings={"allow_interspersed_args": False},
+    help="A/B any command under several schedulers, rounds in rotating order, ratios with 95% intervals."
+    + _WORKLOAD_EXIT,
+)
+def workload(
+    command: Annotated[list[str], typer.Argument(metavar="-- CMD [ARGS]...", help="The command to run.")],
+    compare: Annotated[str, typer.Option(
+        "--compare",
+        help="Comma-separated: default, pyland[:POLICY], or PATH [ARGS] of an scx binary. The first is "
+             "the base of the ratios; a name given twice is an A/A comparison.")] = "default,pyland",
+    rounds: Annotated[int | None, typer.Option(
+        "--rounds", min=1, show_default="6: the fewest that can give a verdict",
+        help="Counted rounds; each runs the command once under every scheduler.")] = None,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Rounds run first and not counted.")] = 1,
+    metric: Annotated[list[str] | None, typer.Option(
+        "--metric", metavar="NAME=REGEX[:higher|lower]",
+        help="Also compare the number REGEX's group captures (last match); repeatable.")] = None,
+    timeout: Annotated[float | None, typer.Option(
+        "--timeout", metavar="S",
+        help="A run longer than S seconds is killed and recorded as failed.")] = None,
+    user: Annotated[str | None, typer.Option(
+        "--user", help="Run the command as this user (the schedulers as root).")] = None,
+    keep_output: Annotated[Path | None, typer.Option(
+        "--keep-output", metavar="DIR", help="Keep every run's output in DIR (one file per run).")] = None,
+    json_output: bool = JSON_OUT,
+    output: Path | None = OUTPUT,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress display; the table only.")] = False,
+    partial: bool = PARTIAL,
+    ops_name: str | None = OPS_NAME,
+    start_timeout: float = START_TIMEOUT,
+) -> None:
+    from scxctl.bench import parsers
+    from scxctl.bench import workload as wl
+    from scxctl.bench.runner import save
+    from scxctl.bench.workload_render import WorkloadProgress, print_report
+
+    opts = wl.WorkloadOptions(
+        command=wl.resolve_command(command),
+        schedulers=wl.parse_compare(compare, partial, ops_name),
+        rounds=wl.DEFAULT_ROUNDS if rounds is None else rounds,
+        warmup=warmup,
+        metrics=parsers.custom_metrics(metric or []),
+        timeout_s=timeout,
+        user=wl.resolve_user(user) if user else None,
+        keep_output=keep_output,
+        start_timeout_s=start_timeout,
+    )
+    progress = WorkloadProgress(ui.err, enabled=not (quiet or json_output))
+    hooks = wl.Hooks(run_start=progress.run_start, waiting=progress.waiting, run_end=progress.run_end)
+    with _sigterm_as_interrupt():
+        try:
+            report = wl.run_workload(opts, hooks)
+        finally:
+            progress.close()
+    saved = save(report, json.dumps(report, indent=2) + "\n", output, tag="workload")
+    if json_output:
+        ui.print_json(report)
+    else:
+        print_report(report, ui.out)
+        ui.out.print(f"[dim]saved {saved}[/dim]")
+    if report["exit_code"]:
+        raise typer.Exit(report["exit_code"])
 
 
 @bench_app.command("list")

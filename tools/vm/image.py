@@ -59,6 +59,7 @@ PACKAGES = (
     "python3-rich",
     "python3-bpfcc",
     "python3-pytest",
+    "rt-tests",  # hackbench and cyclictest: the loads schedulers are compared on (bench workload)
 )
 
 DEFAULT = "default"
