@@ -114,6 +114,16 @@ static __always_inline s32 pyl_select_cpu_dfl(struct task_struct *p, s32 prev_cp
 	return prev_cpu;
 }
 
+bool scx_bpf_test_and_clear_cpu_idle___pyl(s32 cpu) __ksym __weak;
+
+/* claim `cpu` if it is idle; without the kfunc no CPU is ever reported idle */
+static __always_inline bool pyl_claim_idle_cpu(s32 cpu)
+{
+	if (bpf_ksym_exists(scx_bpf_test_and_clear_cpu_idle___pyl))
+		return scx_bpf_test_and_clear_cpu_idle___pyl(cpu);
+	return false;
+}
+
 s32 scx_bpf_pick_idle_cpu___pyl(const struct cpumask *cpus_allowed, u64 flags) __ksym __weak;
 
 /* without it (PYLAND_NO_PICK_IDLE_CPU) no CPU is ever reported idle: -EBUSY, as when none is */

@@ -47,7 +47,7 @@ char _license[] SEC("license") = "GPL";
 #define SHARED_DSQ		MAX_CPUS
 #define SCHED_DSQ		(MAX_CPUS + 1)
 #define USERSCHED_SLICE_NS	(20ULL * 1000 * 1000)	/* bounded: a runaway policy cannot own a CPU */
-#define NR_QUEUED_RECORDS	4096
+#define NR_QUEUED_RECORDS	4096	/* decisions the user ring holds */
 #define RESCUE_PERIOD_NS	(20ULL * 1000 * 1000)
 #define RESCUE_SCAN_MAX		32
 /* pending work without a record consumed for this many policy budgets stops pyland (heartbeat) */
@@ -68,15 +68,34 @@ const volatile struct pyland_config cfg = {
 	.stall_ns = 100ULL * 1000 * 1000,
 	.new_direct = 1,
 	.bw_max_hold_ns = 2000ULL * 1000 * 1000,
+	.steer = 1,
+	.lag_ns = 20ULL * 1000 * 1000,
+	.report_ns = 100ULL * 1000 * 1000,
+	.preempt_gap_ns = 750ULL * 1000,
 };
 
 /* Counters and exit info shared with user space; the only variable in .bss (offset 0). */
 struct pyland_shared shared;
 
+/* tasks waiting for decide(): 512 KiB, about 3600 records */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, NR_QUEUED_RECORDS * (sizeof(struct pyland_task) + 8));
+	__uint(max_entries, 512 * 1024);
 } queued SEC(".maps");
+
+/* steer mode: what tasks did, for observe(); read at the loop's pace, never waking it */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} reports SEC(".maps");
+
+/* steer mode: the parameters of each class the policy defined (pyland_update with pid 0) */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PYLAND_NR_CLASSES);
+	__type(key, u32);
+	__type(value, struct pyland_params);
+} classes SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_USER_RINGBUF);
@@ -105,6 +124,15 @@ struct task_ctx {
 	u64 bw_chain[BW_MAX_LEVELS];	/* ids of its cgroup and ancestors, nearest first */
 	u64 bw_charged_exec;	/* se.sum_exec_runtime its CPU time was last charged up to */
 	u64 bw_held_at;		/* when it was last held aside */
+	/* steer mode */
+	u64 vruntime;		/* CPU time, weighted (x 100 / weight) */
+	u32 class_id;		/* its class in `classes` */
+	bool own_params;	/* `params` (its own) apply, not its class's */
+	struct pyland_params params;
+	/* reported with its next record, then zeroed */
+	u32 nr_wakeups;
+	s32 waker;		/* pid of the task current when it was last woken (select_cpu) */
+	u64 sleep_ns;
 };
 
 struct {
@@ -119,6 +147,7 @@ struct cpu_ctx {
 	u64 running_deadline;	/* deadline of the task running here; 0: none to preempt for */
 	bool usersched_queued;	/* built-in DSQs: the scheduler waits in this CPU's local DSQ */
 	u64 rescue_scan_at;	/* last starvation scan of this CPU's DSQ (see rescue_starved) */
+	u64 preempted_at;	/* steer: when a wake-up last preempted this CPU */
 };
 
 struct {
@@ -139,8 +168,10 @@ struct {
 	__type(value, struct heartbeat);
 } heartbeat_map SEC(".maps");
 
-_Static_assert(sizeof(struct pyland_task) == 104, "pyland_task layout changed: update records.py");
+_Static_assert(sizeof(struct pyland_task) == 136, "pyland_task layout changed: update records.py");
 _Static_assert(sizeof(struct pyland_decision) == 48, "pyland_decision layout changed: update records.py");
+/* the drain tells an update from a decision by its size */
+_Static_assert(sizeof(struct pyland_update) == 56, "pyland_update layout changed: update records.py");
 
 static __always_inline struct task_ctx *lookup_task_ctx(const struct task_struct *p)
 {
@@ -152,6 +183,12 @@ static __always_inline struct cpu_ctx *lookup_cpu_ctx(s32 cpu)
 	u32 key = cpu;
 
 	return bpf_map_lookup_elem(&cpu_ctx_stor, &key);
+}
+
+/* a task that may not leave its CPU (migrate_disable()); the field exists from 6.15 (CO-RE) */
+static __always_inline bool migration_disabled(const struct task_struct *p)
+{
+	return bpf_core_field_exists(p->migration_disabled) && BPF_CORE_READ(p, migration_disabled);
 }
 
 /*
@@ -258,38 +295,6 @@ static __always_inline u64 fallback_deadline(struct task_ctx *tctx);
 
 #include "cgroup_bw.h"
 
-s32 BPF_STRUCT_OPS(pyland_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
-{
-	struct task_ctx *tctx;
-	bool is_idle = false;
-	s32 cpu;
-
-	if (!cfg.builtin_idle)
-		return prev_cpu;
-	/*
-	 * The scheduler goes through enqueue to SCHED_DSQ, never to a local DSQ directly (R3), but
-	 * to an idle CPU when there is one: enqueue kicks the CPU chosen here, and an idle CPU runs
-	 * it at once. Staying on prev_cpu left it queued behind the very tasks it had to decide (all
-	 * of schtest's adaptive_priority is pinned to one CPU) while the other CPU idled.
-	 */
-	if (is_usersched(p)) {
-		cpu = pyl_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
-		return is_idle ? cpu : prev_cpu;
-	}
-
-	/* a task of a throttled cgroup must not run: ops.enqueue holds it (cgroup_bw.h) */
-	if (bw_active() && (tctx = lookup_task_ctx(p)) && bw_throttled(tctx, bpf_ktime_get_ns()))
-		return prev_cpu;
-
-	/* R8: an idle CPU gets the task at once, without a Python round trip. */
-	cpu = pyl_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
-	if (is_idle) {
-		pyl_dsq_insert(p, SCX_DSQ_LOCAL, cfg.slice_ns, 0);
-		__sync_fetch_and_add(&shared.nr_direct, 1);
-	}
-	return cpu;
-}
-
 /*
  * Has the policy overrun its budget? User space stamps policy_since (CLOCK_MONOTONIC, the clock of
  * bpf_ktime_get_ns) before each call into the policy and clears it after the batch. The stamp and the clock
@@ -377,35 +382,208 @@ static __always_inline u64 submit_flags(bool placed)
 	return bpf_ringbuf_query(&queued, BPF_RB_AVAIL_DATA) > QUEUED_RECORD_BYTES ? BPF_RB_FORCE_WAKEUP : 0;
 }
 
-void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
+/*
+ * The record of `p` as of now, for the policy; the counters it carries start again. `placed`: BPF
+ * placed the task already, the decision only updates what it stores for next time.
+ */
+static __always_inline void fill_record(struct pyland_task *rec, struct task_struct *p, struct task_ctx *tctx,
+					u64 enq_flags, u32 kind, bool placed, u64 now)
+{
+	rec->pid = p->pid;
+	rec->cpu = scx_bpf_task_cpu(p);
+	rec->nr_cpus_allowed = p->nr_cpus_allowed;
+	rec->flags = (u32)enq_flags;
+	rec->start_ts = tctx->start_ts;
+	rec->stop_ts = tctx->stop_ts;
+	rec->exec_runtime = tctx->exec_runtime;
+	rec->weight = p->scx.weight;
+	rec->placed = placed;
+	rec->vtime = cfg.steer ? tctx->vruntime : tctx->vtime;
+	rec->enq_cnt = tctx->enq_cnt;
+	bpf_probe_read_kernel_str(rec->comm, sizeof(rec->comm), p->comm);
+	rec->cgroup_id = tctx->cgroup_id;
+	rec->throttled = tctx->bw_was_held;
+	rec->run_ns = tctx->run_ns;
+	rec->kind = kind;
+	rec->nr_wakeups = tctx->nr_wakeups;
+	rec->waker = tctx->waker;
+	rec->class_id = tctx->class_id;
+	rec->deadline = cfg.steer ? tctx->deadline : 0;
+	rec->sleep_ns = tctx->sleep_ns;
+	tctx->bw_was_held = false;
+	tctx->run_ns = 0;
+	tctx->nr_wakeups = 0;
+	tctx->sleep_ns = 0;
+	tctx->record_at = now;
+}
+
+/*
+ * Hand the task to the policy (decide()); false when it cannot go, counted, and the caller places it.
+ *
+ * Overload: a task queued behind max_backlog others waits for all of them to be decided (about
+ * max_backlog / decisions-per-second), which under a wake-up flood on a slow machine reached the
+ * watchdog timeout. Past that backlog BPF schedules the task itself; the difference of two
+ * single-writer counters may be momentarily stale, which only moves the threshold by a few records.
+ * A policy stuck in decide() holds every task it was handed: user space detaches pyland soon after
+ * the budget, and until then no new task joins them.
+ */
+static bool send_to_policy(struct task_struct *p, struct task_ctx *tctx, u64 enq_flags, bool placed, u64 now)
 {
 	struct pyland_task *rec;
-	struct task_ctx *tctx;
-	bool placed = false, first, yielded;
+
+	if (shared.nr_queued - shared.nr_consumed >= cfg.max_backlog) {
+		__sync_fetch_and_add(&shared.nr_backlog, 1);
+		return false;
+	}
+	if (policy_stalled(bpf_ktime_get_ns(), cfg.stall_ns)) {
+		__sync_fetch_and_add(&shared.nr_stalled, 1);
+		return false;
+	}
+	rec = bpf_ringbuf_reserve(&queued, sizeof(*rec), 0);
+	if (!rec) {
+		/* R7: the ring is full: never drop the task, the caller places it; counted */
+		__sync_fetch_and_add(&shared.nr_ring_full, 1);
+		return false;
+	}
+	fill_record(rec, p, tctx, enq_flags, PYLAND_REC_ENQUEUE, placed, now);
+	/*
+	 * R1: count BEFORE publishing. If the record were submitted first, the Python loop could read
+	 * it and publish nr_consumed = N + 1 while nr_queued is still N; a pending-work check in that
+	 * window would see "nothing pending" (or a wrapped difference) and the task could be lost
+	 * until the next unrelated wake-up.
+	 */
+	__sync_fetch_and_add(&shared.nr_queued, 1);
+	bpf_ringbuf_submit(rec, submit_flags(placed));
+	return true;
+}
+
+/*
+ * Round-trip mode: what BPF places before the policy decides, on a grant the policy gave or because
+ * the mechanism took the CPU; true when the task is placed.
+ */
+static __always_inline bool place_granted(struct task_struct *p, struct task_ctx *tctx, s32 cpu,
+					  u64 enq_flags, bool yielded)
+{
+	if (yielded) {
+		/*
+		 * The slice was cut for the scheduler, not by the policy: the task keeps its deadline,
+		 * on its CPU's DSQ if pinned, else on the shared DSQ, where the first free CPU takes it
+		 * (on its own CPU's it waited for the one CPU it was cut on). The record still goes out,
+		 * quietly, so the policy charges the run.
+		 */
+		tctx->direct_gen = tctx->enq_cnt;
+		place_in_order(p, tctx, p->nr_cpus_allowed == 1 ? cpu_dsq(cpu) : shared_dsq(), pyl_now(),
+			       enq_flags);
+		__sync_fetch_and_add(&shared.nr_yield_requeues, 1);
+		return true;
+	}
+	if (!direct_wake_allowed(tctx, cpu, enq_flags))
+		return false;
+	/*
+	 * Head of the local DSQ of the CPU the task is enqueued on. A remote CPU is preempted; on this
+	 * CPU the current task is usually the waker, which is about to block anyway.
+	 */
+	tctx->direct_gen = tctx->enq_cnt;
+	pyl_dsq_insert(p, SCX_DSQ_LOCAL, tctx->slice ?: cfg.slice_ns,
+		       enq_flags | SCX_ENQ_HEAD | (cpu != bpf_get_smp_processor_id() ? SCX_ENQ_PREEMPT : 0));
+	__sync_fetch_and_add(&shared.nr_direct_wakes, 1);
+	return true;
+}
+
+/*
+ * Round-trip mode: every enqueue goes to decide(), except a task's first one (new_direct), kernel
+ * threads (above) and what place_granted() places.
+ */
+static void roundtrip_enqueue(struct task_struct *p, struct task_ctx *tctx, u64 enq_flags, bool first,
+			      bool yielded)
+{
+	s32 cpu = scx_bpf_task_cpu(p);
+	bool placed;
 	u64 now;
+
+	if (cfg.new_direct && first) {
+		/*
+		 * A fork, or a task older than the attach: the policy knows nothing of it, so a round
+		 * trip buys no better place than BPF's own, behind the running deadlines, and sends no
+		 * record (its decision could only store what the next record starts from anyway). In a
+		 * fork storm that round trip was most of the cost of a short-lived process.
+		 */
+		place_in_order(p, tctx, shared_dsq(), pyl_now(), enq_flags);
+		pyl_kick_cpu(cpu, SCX_KICK_IDLE);
+		__sync_fetch_and_add(&shared.nr_new_direct, 1);
+		return;
+	}
+	placed = place_granted(p, tctx, cpu, enq_flags, yielded);
+	/*
+	 * A placed task's record only lets the policy charge its run and renew its grant: one a budget
+	 * is enough (run_ns carries every run since the last), and a granted task whose slice runs out
+	 * still goes to the policy, so one that stopped sleeping is seen at once.
+	 */
+	now = pyl_now();
+	if (placed && now - tctx->record_at < cfg.max_slice_ns) {
+		__sync_fetch_and_add(&shared.nr_coalesced, 1);
+		return;
+	}
+	if (send_to_policy(p, tctx, enq_flags, placed, now) || placed)
+		return;
+	/*
+	 * The shared DSQ with the task's last deadline: it runs on the first CPU that looks. Without
+	 * kicks, a task woken on an idle CPU still wakes it (the kernel reschedules an idle CPU a task
+	 * is enqueued on); otherwise a busy CPU takes it when its slice ends.
+	 */
+	place_in_order(p, tctx, shared_dsq(), now, enq_flags);
+	pyl_kick_cpu(cpu, SCX_KICK_IDLE);
+}
+
+#include "steer.bpf.h"
+
+s32 BPF_STRUCT_OPS(pyland_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
+{
+	struct task_ctx *tctx;
+	bool is_idle = false;
 	s32 cpu;
 
+	if (!cfg.builtin_idle)
+		return prev_cpu;
+	/*
+	 * The scheduler goes through enqueue to SCHED_DSQ, never to a local DSQ directly (R3), but
+	 * to an idle CPU when there is one: enqueue kicks the CPU chosen here, and an idle CPU runs
+	 * it at once. Staying on prev_cpu left it queued behind the very tasks it had to decide (all
+	 * of schtest's adaptive_priority is pinned to one CPU) while the other CPU idled.
+	 */
 	if (is_usersched(p)) {
-		if (enq_flags & SCX_ENQ_LAST) {	/* nothing else wants its CPU: it goes on (see below) */
-			pyl_dsq_insert(p, SCX_DSQ_LOCAL, USERSCHED_SLICE_NS, enq_flags);
-			return;
-		}
-		if (!pyl_custom_dsqs()) {
-			struct cpu_ctx *cctx = lookup_cpu_ctx(scx_bpf_task_cpu(p));
+		cpu = pyl_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
+		return is_idle ? cpu : prev_cpu;
+	}
 
-			/*
-			 * No DSQ of its own, and ops.dispatch cannot put it first: a woken scheduler
-			 * goes to the head of the local DSQ of the CPU it woke on (the kernel wakes
-			 * that CPU if idle; pyland_tick cuts the running task's slice). Only a wake-up:
-			 * after a yield or an expired slice it queues at the tail, so the tasks queued
-			 * here run between two of its turns and cannot starve behind it.
-			 */
-			pyl_dsq_insert(p, SCX_DSQ_LOCAL, USERSCHED_SLICE_NS,
-				       enq_flags | (enq_flags & SCX_ENQ_WAKEUP ? SCX_ENQ_HEAD : 0));
-			if (cctx)
-				cctx->usersched_queued = true;
-			return;
-		}
+	tctx = lookup_task_ctx(p);
+	if (tctx)	/* the waker, for the policy: select_cpu runs in its context */
+		tctx->waker = (s32)bpf_get_current_pid_tgid();
+	/* a task of a throttled cgroup must not run: ops.enqueue holds it (cgroup_bw.h) */
+	if (bw_active() && tctx && bw_throttled(tctx, bpf_ktime_get_ns()))
+		return prev_cpu;
+	if (cfg.steer && tctx)
+		return steer_select_cpu(p, tctx, prev_cpu, wake_flags);
+
+	/* R8: an idle CPU gets the task at once, without a Python round trip. */
+	cpu = pyl_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
+	if (is_idle) {
+		pyl_dsq_insert(p, SCX_DSQ_LOCAL, cfg.slice_ns, 0);
+		__sync_fetch_and_add(&shared.nr_direct, 1);
+	}
+	return cpu;
+}
+
+/* the scheduler itself: never behind the tasks it must decide (R3) */
+static void enqueue_usersched(struct task_struct *p, u64 enq_flags)
+{
+	struct cpu_ctx *cctx;
+
+	if (enq_flags & SCX_ENQ_LAST) {	/* nothing else wants its CPU: it goes on */
+		pyl_dsq_insert(p, SCX_DSQ_LOCAL, USERSCHED_SLICE_NS, enq_flags);
+		return;
+	}
+	if (pyl_custom_dsqs()) {
 		/*
 		 * FIFO DSQ of its own: ops.dispatch decides when the scheduler runs relative to the
 		 * decisions it produced (R3). Kick its CPU so an idle CPU notices it.
@@ -414,13 +592,33 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 		pyl_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_IDLE);
 		return;
 	}
+	/*
+	 * No DSQ of its own, and ops.dispatch cannot put it first: a woken scheduler goes to the head
+	 * of the local DSQ of the CPU it woke on (the kernel wakes that CPU if idle; pyland_tick cuts
+	 * the running task's slice). Only a wake-up: after a yield or an expired slice it queues at the
+	 * tail, so the tasks queued here run between two of its turns and cannot starve behind it.
+	 */
+	cctx = lookup_cpu_ctx(scx_bpf_task_cpu(p));
+	pyl_dsq_insert(p, SCX_DSQ_LOCAL, USERSCHED_SLICE_NS,
+		       enq_flags | (enq_flags & SCX_ENQ_WAKEUP ? SCX_ENQ_HEAD : 0));
+	if (cctx)
+		cctx->usersched_queued = true;
+}
 
+void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
+{
+	struct task_ctx *tctx;
+	bool first, yielded;
+
+	if (is_usersched(p)) {
+		enqueue_usersched(p, enq_flags);
+		return;
+	}
 	if (is_critical_kthread(p)) {	/* R6 */
 		pyl_dsq_insert(p, SCX_DSQ_LOCAL, cfg.slice_ns, enq_flags);
 		__sync_fetch_and_add(&shared.nr_kthread, 1);
 		return;
 	}
-
 	tctx = lookup_task_ctx(p);
 	if (!tctx) {
 		/* init_task creates the context for every task; a miss is a bug, fail loudly */
@@ -431,9 +629,8 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 		return;
 	}
 	/*
-	 * R7: a new generation for every enqueue, bumped before the record carries it. A decision for
-	 * an earlier enqueue (the task was dequeued and enqueued again meanwhile, e.g. by a property
-	 * change) is recognised in dispatch and dropped instead of being applied twice.
+	 * R7: a new generation for every enqueue, bumped before a record carries it: a decision for an
+	 * earlier enqueue (the task was dequeued and enqueued again meanwhile) is dropped in dispatch.
 	 */
 	tctx->enq_cnt++;
 	if (enq_flags & SCX_ENQ_WAKEUP)
@@ -455,146 +652,20 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 			return;
 		}
 	}
-
 	/*
-	 * SCX_OPS_ENQ_LAST: ops.dispatch found nothing else for this CPU and did not extend the
-	 * task's slice, which it does for every task but the scheduler and a throttled one (whose
-	 * hold is above). Without the flag the kernel would keep running the task on a fresh 20 ms
-	 * slice, and a cgroup out of quota would keep its CPU; every other task goes on as it would.
+	 * SCX_OPS_ENQ_LAST: ops.dispatch found nothing else for this CPU and did not extend the task's
+	 * slice, which it does for every task but the scheduler and a throttled one (held above).
+	 * Without the flag the kernel would run the task on a fresh 20 ms slice, and a cgroup out of
+	 * quota would keep its CPU.
 	 */
 	if (enq_flags & SCX_ENQ_LAST) {
 		pyl_dsq_insert(p, SCX_DSQ_LOCAL, cfg.slice_ns, enq_flags);
 		return;
 	}
-
-	cpu = scx_bpf_task_cpu(p);
-	if (cfg.new_direct && first) {
-		/*
-		 * A task's first enqueue (a fork, or a task that predates the attach): the policy knows
-		 * nothing of it yet, so a round trip buys no better placement than BPF's own, behind the
-		 * deadlines already running. In a fork storm that round trip was most of the cost (and
-		 * a short-lived process often never gets a second one).
-		 *
-		 * No record either: a decision for it could only store the task's vtime and deadline
-		 * for its next enqueue, whose record starts the policy from the same nothing (vtime 0,
-		 * no burst), and the grant moves only with wake-ups, which a fork's first enqueue is
-		 * not. Sent quietly, these records were half of what the Python loop read under
-		 * stress-ng --fork, mostly of children gone before it read them, and reading them cost
-		 * about a tenth of the fork rate.
-		 */
-		place_in_order(p, tctx, shared_dsq(), pyl_now(), enq_flags);
-		pyl_kick_cpu(cpu, SCX_KICK_IDLE);
-		__sync_fetch_and_add(&shared.nr_new_direct, 1);
-		return;
-	}
-	if (yielded) {
-		/*
-		 * The mechanism took the CPU, not the policy: the task keeps its place, its deadline, on
-		 * its CPU's DSQ if it is pinned, else on the shared DSQ, where the first CPU free takes
-		 * it. Sent to the policy like a slice that ran out, it waited a Python round trip for a
-		 * decision about a preemption the policy never asked for. The record goes out quietly,
-		 * so the policy still charges the run; its decision stores the deadline for next time.
-		 *
-		 * Not its own CPU's DSQ for a task that may run elsewhere: there it waited for the one
-		 * CPU it was cut on, and schtest's fairness (a pinned spinner per CPU beside as many
-		 * unpinned ones) measured 0.93-0.97 (once 0.92) instead of 0.95-0.99.
-		 */
-		tctx->direct_gen = tctx->enq_cnt;
-		place_in_order(p, tctx, p->nr_cpus_allowed == 1 ? cpu_dsq(cpu) : shared_dsq(), pyl_now(),
-			       enq_flags);
-		__sync_fetch_and_add(&shared.nr_yield_requeues, 1);
-		placed = true;
-	} else if (direct_wake_allowed(tctx, cpu, enq_flags)) {
-		/*
-		 * Head of the local DSQ of the CPU the task is enqueued on. A remote CPU is preempted;
-		 * on this CPU the current task is usually the waker, which is about to block anyway.
-		 */
-		tctx->direct_gen = tctx->enq_cnt;
-		pyl_dsq_insert(p, SCX_DSQ_LOCAL, tctx->slice ?: cfg.slice_ns,
-			       enq_flags | SCX_ENQ_HEAD |
-			       (cpu != bpf_get_smp_processor_id() ? SCX_ENQ_PREEMPT : 0));
-		__sync_fetch_and_add(&shared.nr_direct_wakes, 1);
-		placed = true;
-	}
-
-	/*
-	 * A placed task's record only lets the policy charge its run and renew (or withdraw) its
-	 * grant, and one a budget is enough for that: run_ns carries every run since the last
-	 * record, and a granted task whose slice runs out still goes to the policy (that is no
-	 * wake-up), so one that stopped sleeping is seen at once. Under stress-ng --fork these
-	 * records were most of what the loop read (the forking parents' granted wake-ups, hundreds
-	 * a second), and reading them cost several percent of the fork rate under TCG. A task with
-	 * no record yet (record_at 0) sends one at once.
-	 */
-	now = pyl_now();
-	if (placed && now - tctx->record_at < cfg.max_slice_ns) {
-		__sync_fetch_and_add(&shared.nr_coalesced, 1);
-		return;
-	}
-	/*
-	 * Overload: a task queued behind max_backlog others waits for all of them to be decided (about
-	 * max_backlog / decisions-per-second), which under a wake-up flood on a slow machine reached
-	 * the watchdog timeout (ERROR_STALL of a stress-ng sleep thread, seen in the VM). Past that
-	 * backlog BPF schedules the task itself; the difference of two single-writer counters may be
-	 * momentarily stale, which only moves the threshold by a few records.
-	 */
-	if (shared.nr_queued - shared.nr_consumed >= cfg.max_backlog) {
-		__sync_fetch_and_add(&shared.nr_backlog, 1);
-		goto fallback;
-	}
-	/*
-	 * A policy stuck in decide() holds every task it was handed; user space detaches pyland soon
-	 * after the budget, and until then no new task joins them.
-	 */
-	if (policy_stalled(bpf_ktime_get_ns(), cfg.stall_ns)) {
-		__sync_fetch_and_add(&shared.nr_stalled, 1);
-		goto fallback;
-	}
-	rec = bpf_ringbuf_reserve(&queued, sizeof(*rec), 0);
-	if (!rec) {
-		/* R7: the ring is full: never drop the task, fall back and count it */
-		__sync_fetch_and_add(&shared.nr_ring_full, 1);
-		goto fallback;
-	}
-	rec->pid = p->pid;
-	rec->cpu = cpu;
-	rec->nr_cpus_allowed = p->nr_cpus_allowed;
-	rec->flags = (u32)enq_flags;
-	rec->start_ts = tctx->start_ts;
-	rec->stop_ts = tctx->stop_ts;
-	rec->exec_runtime = tctx->exec_runtime;
-	rec->weight = p->scx.weight;
-	rec->placed = placed;
-	rec->vtime = tctx->vtime;
-	rec->enq_cnt = tctx->enq_cnt;
-	bpf_probe_read_kernel_str(rec->comm, sizeof(rec->comm), p->comm);
-	rec->cgroup_id = tctx->cgroup_id;
-	rec->throttled = tctx->bw_was_held;
-	tctx->bw_was_held = false;
-	rec->run_ns = tctx->run_ns;
-	tctx->run_ns = 0;
-	tctx->record_at = now;
-
-	/*
-	 * R1: count BEFORE publishing. If the record were submitted first, the Python loop could read
-	 * it and publish nr_consumed = N + 1 while nr_queued is still N; a pending-work check in that
-	 * window would see "nothing pending" (or a wrapped difference) and the task could be lost
-	 * until the next unrelated wake-up.
-	 */
-	__sync_fetch_and_add(&shared.nr_queued, 1);
-	bpf_ringbuf_submit(rec, submit_flags(placed));
-	return;
-
-fallback:
-	if (placed)
-		return;	/* already placed (a granted wake-up, a cut slice); only the policy's view is lost */
-	/*
-	 * The shared DSQ with the task's last deadline: it runs on the first CPU that looks. Without
-	 * kicks, a task woken on an idle CPU still wakes it (the kernel reschedules an idle CPU a
-	 * task is enqueued on); otherwise a busy CPU takes it when its slice ends.
-	 */
-	place_in_order(p, tctx, shared_dsq(), now, enq_flags);
-	pyl_kick_cpu(cpu, SCX_KICK_IDLE);
+	if (cfg.steer)
+		steer_enqueue(p, tctx, enq_flags);
+	else
+		roundtrip_enqueue(p, tctx, enq_flags, first, yielded);
 }
 
 /*
@@ -611,12 +682,6 @@ static __always_inline bool deadline_passes_running(s32 cpu, u64 deadline)
 
 	return cctx && cctx->running_deadline &&
 	       (s64)(deadline + cfg.slice_ns - cctx->running_deadline) < 0;
-}
-
-/* a task that may not leave its CPU (migrate_disable()); the field exists from 6.15 (CO-RE) */
-static __always_inline bool migration_disabled(const struct task_struct *p)
-{
-	return bpf_core_field_exists(p->migration_disabled) && BPF_CORE_READ(p, migration_disabled);
 }
 
 /*
@@ -650,6 +715,7 @@ struct drain_ctx {
 
 static long apply_decision(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 {
+	const struct pyland_update *u;
 	const struct pyland_decision *d;
 	struct task_struct *p;
 	struct task_ctx *tctx;
@@ -657,6 +723,12 @@ static long apply_decision(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 	s32 target, slots;
 	u64 dsq, slice, enq_flags = 0;
 
+	/* an update is the longer record: it only changes what later enqueues are placed by */
+	u = bpf_dynptr_data(dynptr, 0, sizeof(*u));
+	if (u) {
+		apply_update(u);
+		return 0;
+	}
 	d = bpf_dynptr_data(dynptr, 0, sizeof(*d));
 	if (!d) {
 		/* shorter than a decision: nothing in it can be trusted, not even the pid */
@@ -968,8 +1040,12 @@ void BPF_STRUCT_OPS(pyland_runnable, struct task_struct *p, u64 enq_flags)
 	if (is_usersched(p) || !(enq_flags & SCX_ENQ_WAKEUP))
 		return;
 	tctx = lookup_task_ctx(p);
-	if (tctx)
-		tctx->exec_runtime = 0;	/* woke up: CPU time since the last sleep starts again */
+	if (!tctx)
+		return;
+	tctx->exec_runtime = 0;	/* woke up: CPU time since the last sleep starts again */
+	tctx->nr_wakeups++;
+	if (tctx->stop_ts)
+		tctx->sleep_ns += pyl_now() - tctx->stop_ts;
 }
 
 void BPF_STRUCT_OPS(pyland_running, struct task_struct *p)
@@ -994,6 +1070,10 @@ void BPF_STRUCT_OPS(pyland_running, struct task_struct *p)
 	tctx->bw_charged_exec = p->se.sum_exec_runtime;
 	if (cctx && !is_critical_kthread(p))
 		cctx->running_deadline = tctx->deadline;
+	if (cfg.steer) {
+		steer_running(tctx);
+		return;
+	}
 	/* racy max across CPUs: a lost update only places the next new task one deadline earlier */
 	if ((s64)(tctx->deadline - shared.vtime_now) > 0)
 		shared.vtime_now = tctx->deadline;
@@ -1001,9 +1081,12 @@ void BPF_STRUCT_OPS(pyland_running, struct task_struct *p)
 
 void BPF_STRUCT_OPS(pyland_stopping, struct task_struct *p, bool runnable)
 {
+	struct cpu_ctx *cctx = lookup_cpu_ctx(scx_bpf_task_cpu(p));
 	struct task_ctx *tctx;
 	u64 now;
 
+	if (cctx)	/* nothing to preempt here until the next task runs */
+		cctx->running_deadline = 0;
 	if (is_usersched(p))
 		return;
 	tctx = lookup_task_ctx(p);
@@ -1014,9 +1097,13 @@ void BPF_STRUCT_OPS(pyland_stopping, struct task_struct *p, bool runnable)
 	if (now > tctx->start_ts) {
 		tctx->exec_runtime += now - tctx->start_ts;
 		tctx->run_ns += now - tctx->start_ts;
+		if (cfg.steer)
+			steer_charge(p, tctx, now - tctx->start_ts);
 	}
 	if (bw_active())
 		bw_charge(p, tctx, bpf_ktime_get_ns());
+	if (cfg.steer)
+		steer_report(p, tctx, now);
 }
 
 /*
@@ -1054,6 +1141,8 @@ void BPF_STRUCT_OPS(pyland_tick, struct task_struct *p)
 			return;
 		}
 	}
+	if (cfg.steer && (tctx = lookup_task_ctx(p)))
+		steer_report(p, tctx, pyl_now());
 	/*
 	 * The scheduler is runnable and waiting with work to do: end the current slice now so this
 	 * CPU goes through ops.dispatch, which runs the scheduler first (built-in DSQs: the kernel
@@ -1092,6 +1181,9 @@ s32 BPF_STRUCT_OPS(pyland_init_task, struct task_struct *p, struct scx_init_task
 	gen = tctx->enq_cnt + 1;
 	__builtin_memset(tctx, 0, sizeof(*tctx));
 	tctx->enq_cnt = gen;
+	/* steer: no credit for being new, and a first report once it has lived a report period */
+	tctx->vruntime = shared.vruntime_now;
+	tctx->record_at = pyl_now();
 	/*
 	 * args->cgroup is a plain pointer to the verifier, which the ancestor walk refuses: the
 	 * cgroup is looked up again by id, a reference the walk accepts.

@@ -14,13 +14,22 @@
 					 * the task runs now */
 #define PYLAND_DECISION_DIRECT_WAKE 2ULL /* decision.flags: BPF places the task's next wake-ups itself,
 					 * at once (a latency grant; see direct_wake_allowed) */
+/* pyland_task.kind: what a record asks of the policy */
+#define PYLAND_REC_ENQUEUE	0	/* the task waits for its decision (decide()) */
+#define PYLAND_REC_REPORT	1	/* steer mode: what the task did since its last record (observe()) */
+/* pyland_params.flags */
+#define PYLAND_PARAM_SYNC	1	/* its wake-ups wait for the policy's decision (a round trip) */
+#define PYLAND_PARAM_CPU	2	/* pyland_params.cpu is its preferred CPU */
+#define PYLAND_PARAM_FIFO	4	/* arrival order: its deadline is vruntime_now, not its own vruntime */
+#define PYLAND_PARAM_FLAGS	(PYLAND_PARAM_SYNC | PYLAND_PARAM_CPU | PYLAND_PARAM_FIFO)
+#define PYLAND_NR_CLASSES	64	/* classes a policy can define (class 0: every task not told otherwise) */
 #define PYLAND_COMM_LEN		16
 #define PYLAND_REASON_LEN	128
 #define PYLAND_MSG_LEN		1024
 /* ops.exit's exit_code when the BPF core itself stopped pyland because user space made no progress */
 #define PYLAND_EXIT_STALLED	0x70796c01LL
 
-/* queued ring buffer record (kernel -> user): one per task to schedule; 104 bytes */
+/* `queued` and `reports` ring buffer record (kernel -> user); 136 bytes */
 struct pyland_task {
 	__s32 pid;
 	__s32 cpu;		/* previous CPU */
@@ -39,6 +48,38 @@ struct pyland_task {
 	__u64 throttled;	/* 1: held aside since its last record, its cgroup out of cpu.max quota */
 	__u64 run_ns;		/* CPU time since its previous record: every run segment, also those
 				 * of enqueues that sent none (see nr_coalesced) */
+	__u32 kind;		/* PYLAND_REC_* */
+	__u32 nr_wakeups;	/* wake-ups since its previous record */
+	__s32 waker;		/* pid of the task that woke it last (0: none seen: a timer, an IRQ) */
+	__u32 class_id;		/* its class (steer mode) */
+	__u64 deadline;		/* steer mode: the deadline BPF ordered this enqueue by; 0 otherwise */
+	__u64 sleep_ns;		/* time it slept since its previous record */
+};
+
+/*
+ * How BPF places a task in steer mode, set by the policy per task or per class (map `classes`).
+ * All zero is "nothing special": the BPF slice, the task's own weight, no offset, any CPU.
+ */
+struct pyland_params {
+	__u64 slice_ns;		/* its slice, and the request in its deadline (shorter: sooner); 0: default */
+	__s64 lag_ns;		/* added to its deadline: negative runs sooner, positive later */
+	__u32 weight;		/* 1..10000 (100 = nice 0); 0: the task's own, from its nice value */
+	__s32 cpu;		/* its preferred CPU, with PYLAND_PARAM_CPU */
+	__u32 flags;		/* PYLAND_PARAM_* */
+	__u32 pad;
+};
+
+/*
+ * Steer mode's answer (user -> kernel, the `dispatched` ring beside the decisions, told apart by
+ * size): the parameters of one task (pid > 0), or of class `class_id` (pid 0).
+ */
+struct pyland_update {
+	__s32 pid;
+	__u32 class_id;		/* the task's class, whose params apply to it unless `own` */
+	__u32 own;		/* 1: `params` are the task's own */
+	__u32 pad;
+	__u64 sent_at;		/* CLOCK_MONOTONIC ns when the policy wrote it */
+	struct pyland_params params;
 };
 
 /* dispatched user ring buffer record (user -> kernel): one decision per task; 48 bytes */
@@ -101,6 +142,11 @@ struct pyland_config {
 				 * pending work without progress for PROGRESS_BUDGETS of it stops pyland */
 	__u64 new_direct;	/* 1: a task's first enqueue is placed by BPF, the policy told quietly */
 	__u64 bw_max_hold_ns;	/* cpu.max: a task held this long is released, throttled or not */
+	__u64 steer;		/* 1: BPF places every enqueue from the policy's parameters (steer
+				 * mode); 0: every enqueue waits for decide() (round-trip mode) */
+	__u64 lag_ns;		/* steer: the sleep credit a waking task may bring, in vruntime */
+	__u64 report_ns;	/* steer: a task reports what it did at most this often */
+	__u64 preempt_gap_ns;	/* steer: a CPU is preempted for a wake-up at most this often */
 };
 
 /* why the scheduler left, copied from struct scx_exit_info in ops.exit */
@@ -161,6 +207,16 @@ struct pyland_shared {
 	__u64 nr_grant_waits;		/* granted wake-ups sent to the policy: their CPU's DSQs waited */
 	__u64 nr_yield_requeues;	/* tasks whose slice was cut for the scheduler, placed again by BPF */
 	__u64 nr_coalesced;		/* placed tasks sent no record: their last one is under a budget old */
+	__u64 nr_steered;		/* steer: enqueues BPF placed from the policy's parameters */
+	__u64 nr_sync;			/* steer: wake-ups sent to decide() because their params ask for it */
+	__u64 nr_wake_preempts;		/* steer: wake-ups that preempted a later deadline (SCX_KICK_PREEMPT) */
+	__u64 nr_preempt_gated;		/* steer: preemptions refused: the CPU was preempted under a gap ago */
+	__u64 nr_reports;		/* steer: records submitted to `reports` */
+	__u64 nr_report_drops;		/* steer: reports lost to a full `reports` ring */
+	__u64 nr_updates;		/* steer: parameter updates applied */
+	__u64 nr_param_clamped;		/* steer: updates with a value out of range, clamped */
+	__u64 nr_pref_cpu;		/* steer: wake-ups placed on their idle preferred CPU */
+	__u64 vruntime_now;		/* steer: the largest vruntime that got a CPU */
 	/* written by user space */
 	__u64 nr_consumed;		/* records read from `queued` */
 	__u64 nr_scheduled;		/* tasks read but whose decision is not yet written (the pool) */

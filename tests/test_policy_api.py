@@ -6,11 +6,16 @@ import pytest
 from cheader import defines, struct_members
 
 from scxctl.errors import ExitCode, ScxctlError
+from scxctl.pyland import records
+from scxctl.pyland.loop import update_values
 from scxctl.pyland.policies import BUILTIN_POLICIES, DEFAULT_POLICY
 from scxctl.pyland.policy import (
     DECISION_FIELDS,
+    NR_CLASSES,
+    PARAMS_FIELDS,
     TASK_FIELDS,
     Decision,
+    Params,
     Policy,
     PolicyOptions,
     Task,
@@ -109,3 +114,56 @@ def test_batch_end_hook_only_when_overridden() -> None:
 def test_builtins() -> None:
     assert sorted(BUILTIN_POLICIES) == ["deadline", "fifo"]
     assert DEFAULT_POLICY == "deadline"
+
+
+def test_params_are_the_c_parameters_with_the_task_s_class() -> None:
+    """Params is struct pyland_params, read from bpf/pyland.h (its flags one bool each, but the CPU
+    flag, which a cpu of -1 stands for; no padding), after the class and `own` of the update."""
+    flags = {name.lower(): int(v, 0) for name, v in defines("PYLAND_PARAM_").items() if name != "FLAGS"}
+    members = struct_members("pyland_params")
+    want = ["class_id", "own"]
+    for m in members:
+        if m == "flags":
+            want += [f for f in flags if f != "cpu"]
+        elif m != "pad":
+            want.append(m)
+    assert Params.__slots__ == PARAMS_FIELDS == tuple(want)
+    from_header = {k.upper(): v for k, v in flags.items()}
+    assert from_header == {"SYNC": records.PARAM_SYNC, "CPU": records.PARAM_CPU, "FIFO": records.PARAM_FIFO}
+    assert int(defines("PYLAND_NR_")["CLASSES"]) == NR_CLASSES == records.NR_CLASSES
+    assert {k: int(v) for k, v in defines("PYLAND_REC_").items()} == {
+        "ENQUEUE": records.REC_ENQUEUE, "REPORT": records.REC_REPORT}
+    assert struct_members("pyland_update")[:-1] == ["pid", "class_id", "own", "pad", "sent_at"]
+
+
+def test_params_reset_and_pack() -> None:
+    p = Params(class_id=3, own=True, slice_ns=5, lag_ns=-7, weight=200, cpu=1, sync=True, fifo=True)
+    values, saturated = update_values(42, p, 99)
+    assert not saturated
+    assert values == (42, 3, 1, 0, 99, 5, -7, 200, 1,
+                      records.PARAM_SYNC | records.PARAM_CPU | records.PARAM_FIFO, 0)
+    assert records.UPDATE.unpack(records.UPDATE.pack(*values)) == values
+    p.reset()
+    assert update_values(0, p, 0) == ((0, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0), False)
+    with pytest.raises(AttributeError):
+        p.extra = 1  # type: ignore[attr-defined]
+
+
+def test_steers_only_with_observe_or_classes() -> None:
+    class Decides(Policy):
+        def decide(self, task: Task, decision: Decision) -> None: ...
+
+    class Observes(Decides):
+        def observe(self, task: Task, params: Params) -> bool:
+            return False
+
+    class Classes(Decides):
+        def class_params(self) -> dict[int, Params]:
+            return {1: Params(sync=True)}
+
+    assert (Decides.steers(), Observes.steers(), Classes.steers()) == (False, True, True)
+    assert all(cls.steers() for cls in BUILTIN_POLICIES.values())
+    p = Classes(PolicyOptions(nr_cpus=2))
+    p.set_class(4, Params(weight=50))
+    (got,) = p.take_class_updates()
+    assert got[0] == 4 and got[1].weight == 50 and p.take_class_updates() == []

@@ -7,9 +7,11 @@ import random
 import pytest
 
 from scxctl.pyland.policies.deadline import (
+    BATCH,
     BOOST_BUDGET_DIVISOR,
     BURST_CAP_BUDGETS,
     BURST_SLOTS,
+    INTERACTIVE,
     DeadlinePolicy,
 )
 from scxctl.pyland.policies.emulate import EmulatedTask, enqueue
@@ -20,9 +22,11 @@ from scxctl.pyland.policy import (
     PYLAND_CPU_ANY,
     SCX_ENQ_WAKEUP,
     Decision,
+    Params,
     PolicyOptions,
     Task,
 )
+from scxctl.pyland.records import REC_REPORT
 
 MS = NSEC_PER_MSEC
 US = NSEC_PER_USEC
@@ -321,3 +325,57 @@ def test_burst_history_smooths_a_change_of_behaviour() -> None:
     # boosts[i] is decided after i short bursts (the average halves towards 100 us each time:
     # 10, 5.05, 2.6 ms...): one short burst does not make a hog interactive; two in a row do
     assert boosts == [False, False, True, True, True, True]
+
+
+# --- steer mode: classification from reports ------------------------------------------------------------
+
+
+def report(pid: int, run_ms: float, wakeups: int, class_id: int, exec_ms: float = 0) -> Task:
+    return Task(pid=pid, kind=REC_REPORT, run_ns=int(run_ms * MS), nr_wakeups=wakeups, class_id=class_id,
+                exec_runtime=int(exec_ms * MS), placed=1)
+
+
+def test_classes_interactive_placed_at_once_batch_decided() -> None:
+    classes = DeadlinePolicy(OPTS).class_params()
+    assert set(classes) == {INTERACTIVE, BATCH}
+    assert classes[INTERACTIVE].sync is False and classes[BATCH].sync is True
+
+
+def test_a_hog_becomes_batch_once_and_a_sleeper_stays_interactive() -> None:
+    policy = DeadlinePolicy(OPTS)
+    boost = OPTS.slice_ns // BOOST_BUDGET_DIVISOR  # 5 ms
+    params = Params()
+    # 1 ms bursts: 100 ms of CPU over 100 wake-ups
+    assert policy.observe(report(10, 100, 100, INTERACTIVE), params) is False
+    # a hog: a whole report period without a wake-up, its burst running for 100 ms
+    params = Params()
+    assert policy.observe(report(11, 100, 0, INTERACTIVE, exec_ms=100), params) is True
+    assert (params.class_id, params.own) == (BATCH, False)
+    # told once: its next reports carry the batch class
+    assert policy.observe(report(11, 100, 0, BATCH, exec_ms=200), Params()) is False
+    # bursts just over the bound are batch, just under interactive
+    assert policy.observe(report(12, (boost + MS) / MS, 1, INTERACTIVE), Params()) is True
+    assert policy.observe(report(13, (boost - MS) / MS, 1, INTERACTIVE), Params()) is False
+    assert policy.stats()["reclassified"] == 2
+
+
+def test_a_batch_task_that_starts_sleeping_goes_back_to_interactive() -> None:
+    policy = DeadlinePolicy(OPTS)
+    assert policy.observe(report(20, 100, 1, INTERACTIVE), Params()) is True  # 100 ms bursts
+    params = Params()
+    changed = [policy.observe(report(20, 10, 20, BATCH), params) for _ in range(6)]  # 0.5 ms bursts
+    assert changed[0] is False  # the average moves by halves: 50 ms, 25, 12.5, 6.5, 3.5 ...
+    assert True in changed and params.class_id == INTERACTIVE
+
+
+def test_a_batch_wake_up_keeps_bpf_s_deadline() -> None:
+    policy = DeadlinePolicy(OPTS)
+    d = Decision()
+    task = Task(pid=5, cpu=1, nr_cpus_allowed=4, flags=SCX_ENQ_WAKEUP, deadline=123_456, vtime=99, enq_cnt=7)
+    policy.decide(task, d)
+    assert (d.deadline, d.vtime, d.cpu, d.preempt, d.direct_wake, d.slice_ns) == (
+        123_456, 99, PYLAND_CPU_ANY, False, False, 0)
+    assert check_decision(task, d, OPTS) is None
+    task.nr_cpus_allowed = 1
+    policy.decide(task, d)
+    assert d.cpu == 1

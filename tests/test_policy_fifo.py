@@ -5,7 +5,7 @@ from __future__ import annotations
 from scxctl.pyland.policies.emulate import EmulatedTask, enqueue
 from scxctl.pyland.policies.fifo import FifoPolicy
 from scxctl.pyland.policies.loader import check_decision
-from scxctl.pyland.policy import PYLAND_CPU_ANY, Decision, PolicyOptions, Task
+from scxctl.pyland.policy import NICE0_WEIGHT, PYLAND_CPU_ANY, Decision, PolicyOptions, Task
 
 OPTS = PolicyOptions(nr_cpus=2)
 
@@ -36,3 +36,9 @@ def test_pinned_task_keeps_its_cpu() -> None:
     policy = FifoPolicy(OPTS)
     assert enqueue(policy, EmulatedTask(1, cpu=1, nr_cpus_allowed=1), wakeup=True).cpu == 1
     assert enqueue(policy, EmulatedTask(2, cpu=1, nr_cpus_allowed=2), wakeup=True).cpu == PYLAND_CPU_ANY
+
+
+def test_steer_mode_orders_every_task_by_arrival_with_one_weight() -> None:
+    classes = FifoPolicy(PolicyOptions(nr_cpus=2)).class_params()
+    assert list(classes) == [0]
+    assert (classes[0].fifo, classes[0].weight, classes[0].sync) == (True, NICE0_WEIGHT, False)

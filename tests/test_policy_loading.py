@@ -12,7 +12,8 @@ from scxctl.errors import ExitCode, ScxctlError
 from scxctl.pyland.policies import DeadlinePolicy, FifoPolicy
 from scxctl.pyland.policies.emulate import EmulatedTask, enqueue
 from scxctl.pyland.policies.loader import check_decision, load_policy, validation_tasks
-from scxctl.pyland.policy import PYLAND_CPU_ANY, Decision, Policy, PolicyOptions, Task
+from scxctl.pyland.policy import NICE0_WEIGHT, PYLAND_CPU_ANY, Decision, Params, Policy, PolicyOptions, Task
+from scxctl.pyland.records import REC_REPORT
 
 OPTS = PolicyOptions(nr_cpus=2)
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "policies"
@@ -184,6 +185,75 @@ def test_bad_decisions(tmp_path: Path, change: str, expected: str) -> None:
     assert message.startswith(f"policy file {tmp_path / 'mine.py'}: decide() ")
     assert expected in message
     assert "(validation task validate-" in message
+
+
+@pytest.mark.parametrize(
+    "method, expected",
+    [
+        ("def observe(self, task, params):\n        return None",
+         "observe() returned None; it must return True or False"),
+        ("def observe(self, task, params):\n        params.weight = 1.5\n        return True",
+         "observe() set Params.weight to 1.5 (float); it must be an int (validation task validate-"),
+        ("def observe(self, task, params):\n        params.sync = 1\n        return True",
+         "observe() set Params.sync to 1; it must be True or False"),
+        ("def observe(self, task, params):\n        return 1 / 0",
+         "observe() raised ZeroDivisionError: division by zero (line"),
+        ("def class_params(self):\n        return [Params()]",
+         "class_params() returned [Params("),
+        ("def class_params(self):\n        return {'1': Params()}",
+         "class_params() has a key that is not an int (class '1')"),
+        ("def class_params(self):\n        return {1: None}",
+         "class_params() gave None; it must be a Params (class 1)"),
+    ],
+)
+def test_bad_steering(tmp_path: Path, method: str, expected: str) -> None:
+    body = ("from scxctl.pyland.policy import Params, Policy\n" + "class Mine(Policy):\n" + GOOD_DECIDE
+            + "\n    " + method + "\n")
+    message = usage_error(write(tmp_path, body))
+    assert expected in message, message
+
+
+def test_out_of_range_params_pass_validation(tmp_path: Path) -> None:
+    """Values out of range are BPF's to clamp (and count): only their type is validated."""
+    body = ("from scxctl.pyland.policy import Params, Policy\n" + "class Mine(Policy):\n" + GOOD_DECIDE
+            + "\n    def observe(self, task, params):\n        params.weight = -5\n"
+            "        params.cpu = 1 << 40\n        params.class_id = 999\n        return True\n")
+    assert load_policy(write(tmp_path, body), OPTS).steers()
+
+
+def reports(policy: Policy, task: Task) -> Params | None:
+    task.kind = REC_REPORT
+    params = Params()
+    return params if policy.observe(task, params) else None
+
+
+def test_example_classify_by_name_cgroup_and_behaviour() -> None:
+    policy = load_policy(str(EXAMPLES / "classify.py"), OPTS)
+    xorg = reports(policy, Task(pid=1, comm=b"Xorg".ljust(16, b"\0"), nr_wakeups=50, run_ns=5_000_000))
+    hog = reports(policy, Task(pid=2, comm=b"make", nr_wakeups=0, run_ns=90_000_000))
+    quiet = reports(policy, Task(pid=3, comm=b"bash", nr_wakeups=3, run_ns=1_000_000))
+    assert xorg is not None and hog is not None and quiet is None
+    classes = policy.class_params()
+    assert classes[xorg.class_id].lag_ns < 0 and classes[xorg.class_id].slice_ns == 1_000_000
+    assert classes[hog.class_id].sync is True and classes[hog.class_id].weight == 25
+    assert reports(policy, Task(pid=2, comm=b"make", nr_wakeups=0, run_ns=90_000_000,
+                                class_id=hog.class_id)) is None  # BPF has it: nothing sent
+
+
+def test_example_round_robin_gives_heavy_tasks_their_own_slice_once() -> None:
+    policy = load_policy(str(EXAMPLES / "round_robin.py"), OPTS)
+    assert policy.class_params()[0].fifo is True
+    heavy = reports(policy, Task(pid=7, weight=500))
+    assert heavy is not None and heavy.own and heavy.fifo and heavy.weight == NICE0_WEIGHT
+    assert heavy.slice_ns == 5 * OPTS.min_slice_ns
+    assert reports(policy, Task(pid=7, weight=500)) is None and reports(policy, Task(pid=8)) is None
+
+
+def test_example_boost_comm_puts_named_tasks_in_their_class() -> None:
+    policy = load_policy(str(EXAMPLES / "boost_comm.py"), OPTS)
+    got = reports(policy, Task(pid=3, comm=b"pipewire".ljust(16, b"\0")))
+    assert got is not None and policy.class_params()[got.class_id].lag_ns == -OPTS.slice_ns
+    assert reports(policy, Task(pid=3, comm=b"pipewire".ljust(16, b"\0"), class_id=got.class_id)) is None
 
 
 def test_long_message_stays_one_short_line(tmp_path: Path) -> None:

@@ -1,10 +1,12 @@
 """The non-default policies on a real sched_ext kernel (QEMU guest), one boot for the module.
 
 For fifo and each example policy file: `scxctl run --policy SPEC` attaches (state enabled, ops
-pyland), survives an 8 s stress-ng cpu+sleep+pipe mix, reports the policy's own counters in its
-summary lines, and detaches on SIGTERM with status 0. Then the policy benchmark runs once under the
-guest's Python (Debian trixie's 3.13), which proves the policy code runs there; its timings are
-distorted by TCG and are not used.
+pyland), survives an 8 s stress-ng cpu+sleep+pipe mix, reports a counter of what the policy did in
+its summary lines, and detaches on SIGTERM with status 0. Each policy runs in steer mode, where a
+counter of its steering grows (the fifo class only sets parameters once: BPF's placements count),
+and fifo and round_robin also in the synchronous mode (--round-trip), where decide() counts. Then
+the policy benchmark runs once under the guest's Python (Debian trixie's 3.13), which proves the
+policy code runs there; its timings are distorted by TCG and are not used.
 """
 
 from __future__ import annotations
@@ -20,17 +22,20 @@ pytestmark = [pytest.mark.vm, pytest.mark.tcg_single]
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "policies"
 GUEST_EXAMPLES = "/tmp/policy-examples"  # examples/ is not part of the guest's /opt/scxctl tree
+# name: (policy spec, `scxctl run` options, the counter of the summary lines that must grow)
 SPECS = {
-    "fifo": ("fifo", "policy_decisions"),
-    "round_robin": (f"{GUEST_EXAMPLES}/round_robin.py", "policy_turns"),
-    "boost_comm": (f"{GUEST_EXAMPLES}/boost_comm.py", "policy_boosted"),
+    "fifo": ("fifo", "", "nr_steered"),
+    "fifo-round-trip": ("fifo", "--round-trip", "policy_decisions"),
+    "round_robin-round-trip": (f"{GUEST_EXAMPLES}/round_robin.py", "--round-trip", "policy_turns"),
+    "boost_comm": (f"{GUEST_EXAMPLES}/boost_comm.py", "", "policy_reclassified"),
+    "classify": (f"{GUEST_EXAMPLES}/classify.py", "", "policy_class_moves"),
 }
 
 SCENARIO = SCENARIO_PRELUDE + r"""
 snap() { echo "state=$(state) ops=$(ops)" >"$R/$1.txt"; }
 
-run_policy() {  # run_policy NAME SPEC
-    scxctl --log-format json run --policy "$2" --stats-interval 1 >"$R/$1.log" 2>&1 &
+run_policy() {  # run_policy NAME SPEC [OPTIONS]
+    scxctl --log-format json run --policy "$2" $3 --stats-interval 1 >"$R/$1.log" 2>&1 &
     pid=$!
     wait_state enabled 90; echo $? >"$R/$1.attach.rc"
     snap "$1.attached"
@@ -51,7 +56,7 @@ exit 0
 
 @pytest.fixture(scope="module")
 def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    runs = "\n".join(f"run_policy {name} {spec}" for name, (spec, _) in SPECS.items())
+    runs = "\n".join(f"run_policy {name} {spec} '{opts}'" for name, (spec, opts, _) in SPECS.items())
     script = tmp_path_factory.mktemp("policy") / "policy_scenario.sh"
     script.write_text(SCENARIO.replace("@RUNS@", runs).replace("@EXAMPLES@", GUEST_EXAMPLES))
     copy = [(str(script), "/tmp/policy_scenario.sh"), (str(EXAMPLES), GUEST_EXAMPLES)]
@@ -73,7 +78,7 @@ def test_policy_attaches_survives_stress_and_detaches(guest: Path, name: str) ->
 
 @pytest.mark.parametrize("name", list(SPECS))
 def test_policy_counters_reach_the_summary_lines(guest: Path, name: str) -> None:
-    _, counter = SPECS[name]
+    _, _, counter = SPECS[name]
     stats = [e for e in json_lines(read(guest, f"{name}.log")) if e.get("event") == "pyland stats"]
     assert len(stats) >= 3, read(guest, f"{name}.log")[-2000:]
     values = [s[counter] for s in stats]
@@ -87,5 +92,5 @@ def test_policies_run_under_the_guest_python(guest: Path) -> None:
     assert read(guest, "python.txt").startswith("Python 3.13")
     bench = read(guest, "bench.txt")
     assert read(guest, "bench.rc").strip() == "0", bench[-2000:]
-    for policy in ("null", "fifo", "deadline", "round_robin.py", "boost_comm.py"):
+    for policy in ("null", "fifo", "deadline", "round_robin.py", "boost_comm.py", "classify.py"):
         assert sum(line.startswith(policy + " ") for line in bench.splitlines()) == 2, bench

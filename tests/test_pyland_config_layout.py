@@ -59,7 +59,7 @@ def test_each_run_option_reaches_the_field_of_its_name(monkeypatch: pytest.Monke
     monkeypatch.setattr(scheduler, "BpfObject", _Obj)
     opts = scheduler.RunOptions(slice_us=30_000, slice_min_us=2_000, builtin_idle=False, max_backlog=77,
                                 starve_ms=333, direct_wake=True, policy_budget_ms=44, new_direct=True,
-                                cpu_max_hold_ms=555)
+                                cpu_max_hold_ms=555, report_ms=7)
     scheduler.open_configured(Path("pyland.bpf.o"), opts)
     got = dict(zip(CONFIG_FIELDS, CONFIG.unpack(_Obj.rodata), strict=True))
     assert got == {
@@ -74,8 +74,13 @@ def test_each_run_option_reaches_the_field_of_its_name(monkeypatch: pytest.Monke
         "stall_ns": 44_000_000,
         "new_direct": 1,
         "bw_max_hold_ns": 555_000_000,
+        "steer": 1,
+        "lag_ns": 30_000_000,  # the sleep credit is one budget, as --slice-us says
+        "report_ns": 7_000_000,
+        "preempt_gap_ns": 500_000,  # a quarter of the BPF slice
     }
-    opts = scheduler.RunOptions(direct_wake=False, new_direct=False)
-    scheduler.open_configured(Path("pyland.bpf.o"), opts)
+    opts = scheduler.RunOptions(direct_wake=False, new_direct=False, wake_preempt=False)
+    scheduler.open_configured(Path("pyland.bpf.o"), opts, steer=False)
     got = dict(zip(CONFIG_FIELDS, CONFIG.unpack(_Obj.rodata), strict=True))
     assert (got["direct_wake_ns"], got["new_direct"], got["builtin_idle"]) == (0, 0, 1)
+    assert (got["steer"], got["preempt_gap_ns"]) == (0, 0)

@@ -19,19 +19,31 @@ from scxctl.bpf.libbpf import BpfObject
 from scxctl.bpf.ringbuf import open_reader, open_writer
 from scxctl.pyland.loop import PolicyFailed, SchedulerLoop, discard_records
 from scxctl.pyland.policies.loader import load_policy
-from scxctl.pyland.policy import Decision, Policy, PolicyOptions, Task
-from scxctl.pyland.records import EXIT_INFO, EXIT_OFFSET, NR_CONSUMED, NR_SCHEDULED, NR_WRITTEN, POLICY_SINCE
+from scxctl.pyland.policy import Decision, Params, Policy, PolicyOptions, Task
+from scxctl.pyland.records import (
+    EXIT_INFO,
+    EXIT_OFFSET,
+    NR_CONSUMED,
+    NR_SCHEDULED,
+    NR_WRITTEN,
+    PARAM_CPU,
+    PARAM_FIFO,
+    PARAM_SYNC,
+    POLICY_SINCE,
+)
 from scxctl.pyland.scheduler import RunOptions, Scheduler
 from scxctl.pyland.shared import SharedState
 
 ROOT = Path(__file__).resolve().parent.parent
 OBJ = ROOT / "bpf" / "build" / "tests" / "pyland_loop.bpf.o"
 FEED_ARGS = struct.Struct("=QiIQQII")
+REPORT_ARGS = struct.Struct("=QiIQQII")  # struct report_args
 # struct drain_results
-RESULTS = struct.Struct("=iIQQQQQQQQiiQQQ")
+RESULTS = struct.Struct("=iIQQQQQQQQiiQQQQiIIIQqIiQ")
 RESULT_FIELDS = ("pid_base", "pad", "enq_base", "fed", "fed_full", "drained", "bad_generation",
                  "out_of_order", "preempt", "sum_slice_ns", "last_pid", "last_cpu", "last_deadline",
-                 "last_vtime", "direct_wake")
+                 "last_vtime", "direct_wake", "updates", "upd_pid", "upd_class", "upd_own", "upd_flags",
+                 "upd_slice_ns", "upd_lag_ns", "upd_weight", "upd_cpu", "upd_sent_at")
 SMALL_RING_DECISIONS = 4096 // 56  # dispatched: 4096 bytes, 48-byte records + 8-byte headers
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="BPF_PROG_TEST_RUN and map creation need root")
@@ -43,6 +55,7 @@ class Harness:
         self.shared = SharedState(obj.map(".bss").initial_value())
         self._results = obj.map(".data.results").initial_value()
         self.reader = open_reader(obj.map("queued").fd)
+        self.reports = open_reader(obj.map("reports").fd)
         self.writer = open_writer(obj.map(writer_map).fd)
         self._drain = obj.program("drain" if writer_map == "dispatched" else "drain_big")
         self.yields = 0
@@ -51,6 +64,11 @@ class Harness:
              flags: int = 0) -> int:
         args = FEED_ARGS.pack(count, pid_base, 0, enq_base, vtime, flags, 100)
         return self.obj.program("feed").test_run(args)
+
+    def feed_reports(self, count: int, pid_base: int = 3000, nr_wakeups: int = 1, run_ns: int = 0,
+                     exec_runtime: int = 0, class_id: int = 0) -> int:
+        args = REPORT_ARGS.pack(count, pid_base, nr_wakeups, run_ns, exec_runtime, class_id, 100)
+        return self.obj.program("feed_reports").test_run(args)
 
     def drain(self) -> int:
         return self._drain.test_run()
@@ -61,9 +79,9 @@ class Harness:
     def count_yield(self) -> None:
         self.yields += 1
 
-    def loop(self, policy: Policy, batch: int = 256) -> SchedulerLoop:
+    def loop(self, policy: Policy, batch: int = 256, steer: bool = False) -> SchedulerLoop:
         return SchedulerLoop(self.reader, self.writer, self.shared, policy, batch=batch,
-                             yield_fn=self.count_yield)
+                             yield_fn=self.count_yield, reports=self.reports if steer else None)
 
 
 @pytest.fixture
@@ -77,6 +95,7 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
         yield h
     finally:
         h.reader.close()
+        h.reports.close()
         h.writer.close()
         h.shared.release()
         h._results.release()
@@ -300,3 +319,112 @@ def test_big_batch_roundtrip_with_deadline_policy(harness: Harness) -> None:
     assert harness.drain() == 4096
     r = harness.results()
     assert (r["drained"], r["bad_generation"]) == (4096, 0)
+
+
+# --- steer mode: reports in, parameter updates out -----------------------------------------------------
+
+MS = 1_000_000
+
+
+def test_reports_reach_observe_and_class_changes_reach_bpf(harness: Harness) -> None:
+    """deadline: tasks whose bursts run past a quarter budget go to the batch class (1), told once."""
+    loop = harness.loop(load_policy("deadline", PolicyOptions(nr_cpus=2)), steer=True)
+    harness.feed_reports(3, pid_base=3000, nr_wakeups=1, run_ns=50 * MS)
+    assert loop.step() == 3
+    assert harness.shared.counters[POLICY_SINCE] == 0
+    assert harness.drain() == 3
+    r = harness.results()
+    assert (r["updates"], r["drained"]) == (3, 0)  # told apart from decisions by their size
+    assert (r["upd_pid"], r["upd_class"], r["upd_own"], r["upd_flags"]) == (3002, 1, 0, 0)
+    assert r["upd_sent_at"] > 0 and (loop.stats.observed, loop.stats.updates) == (3, 3)
+    # reports that already show the batch class change nothing; short bursts go back to class 0
+    harness.feed_reports(2, pid_base=3000, nr_wakeups=1, run_ns=50 * MS, class_id=1)
+    harness.feed_reports(1, pid_base=3005, nr_wakeups=10, run_ns=1 * MS, class_id=1)
+    assert loop.step() == 3
+    assert harness.drain() == 1
+    r = harness.results()
+    assert (r["updates"], r["upd_pid"], r["upd_class"]) == (4, 3005, 0)
+
+
+def test_reports_are_not_read_in_round_trip_mode(harness: Harness) -> None:
+    loop = harness.loop(load_policy("deadline", PolicyOptions(nr_cpus=2)), steer=False)
+    harness.feed_reports(2, run_ns=50 * MS)
+    assert loop.step() == 0 and loop.stats.observed == 0
+
+
+class _Steer(Policy):
+    """Own params for every task, and a class set between batches."""
+
+    name = "steer-test"
+
+    def __init__(self, options: PolicyOptions, **fields: int) -> None:
+        super().__init__(options)
+        self.fields = fields
+
+    def class_params(self) -> dict[int, Params]:
+        return {5: Params(slice_ns=2 * MS, sync=True)}
+
+    def observe(self, task: Task, params: Params) -> bool:
+        params.own = True
+        for name, value in self.fields.items():
+            setattr(params, name, value)
+        self.set_class(7, Params(cpu=1, fifo=True))
+        return True
+
+    def decide(self, task: Task, decision: Decision) -> None:
+        raise AssertionError("no queued records in these tests")
+
+
+def test_own_params_classes_and_set_class(harness: Harness) -> None:
+    policy = _Steer(PolicyOptions(nr_cpus=2), slice_ns=4 * MS, lag_ns=-3 * MS, weight=250, cpu=1)
+    loop = harness.loop(policy, steer=True)
+    loop.send_classes(policy.class_params())
+    harness.drain()
+    r = harness.results()
+    assert (r["upd_pid"], r["upd_class"], r["upd_flags"], r["upd_slice_ns"]) == (0, 5, PARAM_SYNC, 2 * MS)
+    harness.feed_reports(1, pid_base=4000)
+    assert loop.step() == 1
+    harness.drain()
+    r = harness.results()
+    # the task's own params first, then the class set_class() queued during the batch
+    assert r["updates"] == 3
+    assert (r["upd_pid"], r["upd_class"], r["upd_flags"]) == (0, 7, PARAM_CPU | PARAM_FIFO)
+    assert r["upd_cpu"] == 1
+
+
+def test_own_params_reach_bpf_field_by_field(harness: Harness) -> None:
+    policy = _Steer(PolicyOptions(nr_cpus=2), slice_ns=4 * MS, lag_ns=-3 * MS, weight=250, cpu=1,
+                    class_id=9)
+    policy.set_class = lambda class_id, params: None  # type: ignore[method-assign]
+    loop = harness.loop(policy, steer=True)
+    harness.feed_reports(1, pid_base=4100)
+    loop.step()
+    harness.drain()
+    r = harness.results()
+    assert r["updates"] == 1
+    assert (r["upd_pid"], r["upd_class"], r["upd_own"], r["upd_flags"]) == (4100, 9, 1, PARAM_CPU)
+    assert (r["upd_slice_ns"], r["upd_lag_ns"], r["upd_weight"], r["upd_cpu"]) == (4 * MS, -3 * MS, 250, 1)
+
+
+def test_values_that_do_not_fit_are_saturated_and_counted(harness: Harness) -> None:
+    policy = _Steer(PolicyOptions(nr_cpus=2), weight=-5, cpu=1 << 40, slice_ns=-1)
+    policy.set_class = lambda class_id, params: None  # type: ignore[method-assign]
+    loop = harness.loop(policy, steer=True)
+    harness.feed_reports(1, pid_base=4200)
+    loop.step()
+    harness.drain()
+    r = harness.results()
+    assert loop.stats.saturated == 1
+    assert (r["upd_weight"], r["upd_cpu"], r["upd_slice_ns"]) == (0, (1 << 31) - 1, 0)
+
+
+def test_observe_that_raises_is_a_policy_failure(harness: Harness) -> None:
+    class Boom(_Steer):
+        def observe(self, task: Task, params: Params) -> bool:
+            raise ValueError("observe broke")
+
+    loop = harness.loop(Boom(PolicyOptions(nr_cpus=2)), steer=True)
+    harness.feed_reports(1)
+    with pytest.raises(PolicyFailed, match="observe broke"):
+        loop.step()
+    assert harness.shared.counters[POLICY_SINCE] == 0

@@ -60,6 +60,18 @@ def test_record_layout_matches_c(cname: str, fmt: struct.Struct) -> None:
     assert [off for _, off in members] == fmt_offsets(fmt)
 
 
+def test_update_layout_matches_c() -> None:
+    """records.UPDATE is struct pyland_update with its struct pyland_params flattened at the end."""
+    types = btf_types(LOOP_OBJ)
+    size, members = struct_layout(types, "pyland_update")
+    _, params = struct_layout(types, "pyland_params")
+    assert [m for m, _ in members] == struct_members("pyland_update")
+    assert [m for m, _ in params] == struct_members("pyland_params")
+    assert members[-1][0] == "params" and records.UPDATE.size == size
+    flat = [off for _, off in members[:-1]] + [members[-1][1] + off for _, off in params]
+    assert flat == fmt_offsets(records.UPDATE)
+
+
 def test_shared_state_layout_matches_c() -> None:
     types = btf_types(PYLAND_OBJ)
     size, members = struct_layout(types, "pyland_shared")
@@ -98,14 +110,16 @@ def test_shared_and_config_are_alone_at_offset_zero(section: str, var_size: int)
 
 
 def test_nr_queued_is_counted_before_the_record_is_submitted() -> None:
-    """R1 in the compiled code: the atomic add on shared.nr_queued precedes bpf_ringbuf_submit."""
+    """R1 in the compiled code: the atomic add on shared.nr_queued precedes bpf_ringbuf_submit in
+    send_to_policy, the one function that submits to `queued` (a subprogram of its own)."""
     objdump = shutil.which("llvm-objdump-19") or shutil.which("llvm-objdump")
     assert objdump, "llvm-objdump is part of the build toolchain (llvm-19)"
-    text = subprocess.run([objdump, "-dr", "--no-show-raw-insn", "-j", "struct_ops/pyland_enqueue",
+    text = subprocess.run([objdump, "-dr", "--no-show-raw-insn", "--disassemble-symbols=send_to_policy",
                            str(PYLAND_OBJ)], capture_output=True, text=True, check=True).stdout
     lines = text.splitlines()
+    assert any("queued" in ln for ln in lines), "send_to_policy must reserve in `queued`"
     submit = [i for i, ln in enumerate(lines) if "call 0x84" in ln]  # BPF_FUNC_ringbuf_submit = 132
-    assert submit, "enqueue must submit records"
+    assert submit, "send_to_policy must submit records"
     # an atomic add (plain, or fetch-and-add where the new count is used) at offset 0 of a pointer
     # loaded, a few instructions earlier, from the `shared` relocation: nr_queued
     counted = [
@@ -122,12 +136,14 @@ def test_object_defaults_separate_bpf_slice_from_user_budget() -> None:
     raw = read_section(PYLAND_OBJ, ".rodata")
     assert raw is not None
     fields = records.CONFIG.unpack(raw[: records.CONFIG.size])
-    slice_ns, tgid, idle, timer_ns, backlog, starve, direct, max_slice, stall, new_direct, hold = fields
+    (slice_ns, tgid, idle, timer_ns, backlog, starve, direct, max_slice, stall, new_direct, hold, steer,
+     lag, report, gap) = fields
     assert (slice_ns, tgid, idle, timer_ns, backlog, starve) == (3_000_000, 0, 1, 100_000_000, 1024, 10**9)
-    assert direct == max_slice == 20_000_000  # one user-space budget, RunOptions.slice_us
+    assert direct == max_slice == lag == 20_000_000  # one user-space budget, RunOptions.slice_us
     assert stall == 100_000_000  # the policy budget, RunOptions.policy_budget_ms
     assert new_direct == 1
     assert hold == 2 * 10**9  # RunOptions.cpu_max_hold_ms
+    assert (steer, report, gap) == (1, 100_000_000, 750_000)  # RunOptions.report_ms, a quarter slice
 
 
 def test_ops_name_and_both_struct_ops_maps_exist() -> None:

@@ -19,6 +19,9 @@ Every test asserts the counter or the message that proves its path ran:
 
 Scenarios that leave tasks waiting for a stuck policy without a watchdog run pyland with --partial
 and only their victims in SCHED_EXT, so that the script driving them is not among the waiting.
+The policy's own misbehaviour is in decide(), so those runs use the synchronous mode
+(--round-trip), where every enqueue waits for it; the hotplug restarts run the default, steer mode
+(tests/test_pyland_steer_vm.py forces the steer mode's own paths).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ start() {  # start NAME MODE ARGS...: pyland with the misbehaving policy, waits 
     local name=$1 mode=$2; shift 2
     rm -f $ARM_FILE
     PYLAND_TEST_MODE=$mode STUCK_FILE=$R/$name.stuck_at \
-        scxctl --log-format json run --policy $P --stats-interval 1 "$@" >"$R/$name.log" 2>&1 &
+        scxctl --log-format json run --round-trip --policy $P --stats-interval 1 "$@" >"$R/$name.log" 2>&1 &
     pid=$!
     wait_state enabled 120; echo $? >"$R/$name.attach.rc"
 }
@@ -253,8 +256,8 @@ def wait(cond, seconds):
         time.sleep(0.02)
     return True
 
-opts = RunOptions(partial=True, builtin_idle=False, direct_wake=False, new_direct=False)
-obj = open_configured(bpfobject.resolve(False), opts)
+opts = RunOptions(partial=True, builtin_idle=False, direct_wake=False, new_direct=False, round_trip=True)
+obj = open_configured(bpfobject.resolve(False), opts, steer=False)
 obj.load()
 shared = SharedState(obj.map(".bss").initial_value())
 reader, writer = open_reader(obj.map("queued").fd), open_writer(obj.map("dispatched").fd)

@@ -9,9 +9,10 @@ Scenarios, in order, each leaving files under /results:
   partial  --partial: switch_all 0, only a SCHED_EXT task is under pyland (nr_enabled, /proc/PID/sched)
   nodirect --no-direct-wake: a futex/pipe/sleep load with no BPF-placed wake-up
   raising  a policy that raises inside decide() at runtime -> reported in one line, exit 1, detached
-The whole scenario runs twice: on the default (newest) kernel and on the oldest sched_ext kernel the
-archive still has, so one BPF object is proven at both ends of the range it supports; before 6.17
-(the oldest) pyland runs without cpu.max and says so, and `scxctl doctor` agrees.
+The whole scenario runs in steer mode (the default) on the default (newest) kernel and on the
+oldest sched_ext kernel the archive still has, so one BPF object is proven at both ends of the range
+it supports (before 6.17, the oldest, pyland runs without cpu.max and says so, and `scxctl doctor`
+agrees); and in the synchronous mode (--round-trip, every enqueue through decide()) on the newest.
 Timing under TCG is ~10x slower than on the host: the waits below are generous, nothing is tuned to pass.
 """
 
@@ -29,12 +30,15 @@ from guest_files import SCENARIO_PRELUDE, json_lines, read
 pytestmark = [pytest.mark.vm, pytest.mark.tcg_single]
 
 SCENARIO = SCENARIO_PRELUDE + r"""
+MODE=@MODE@
+RUN="scxctl --log-format json run @MODE_ARGS@"
+echo $MODE >"$R/mode.txt"
 snap() { echo "state=$(state) ops=$(ops) switch_all=$(cat $SX/switch_all)" >"$R/$1.txt"; }
 uname -r >"$R/uname.txt"
 scxctl doctor --json >"$R/doctor.json" 2>"$R/doctor.err"
 
 # attach + stress + sigterm -------------------------------------------------------------------------
-scxctl --log-format json run --stats-interval 2 >"$R/run1.log" 2>&1 &
+$RUN --stats-interval 2 >"$R/run1.log" 2>&1 &
 pid=$!
 wait_state enabled 90; echo $? >"$R/attach.rc"
 snap attach
@@ -53,7 +57,7 @@ wait_state disabled 30
 snap after_sigterm
 
 # kill -9 ------------------------------------------------------------------------------------------
-scxctl --log-format json run --stats-interval 0 >"$R/run2.log" 2>&1 &
+$RUN --stats-interval 0 >"$R/run2.log" 2>&1 &
 pid=$!
 wait_state enabled 90; echo $? >"$R/attach2.rc"
 kill -KILL $pid
@@ -65,7 +69,7 @@ python3 -c 'import os; print("guest alive", sum(1 for _ in os.scandir("/proc")))
 stress-ng --cpu 1 --timeout 3s >/dev/null 2>&1; echo $? >"$R/stress_after_kill9.rc"
 
 # --partial ------------------------------------------------------------------------------------------
-scxctl --log-format json run --partial --stats-interval 1 >"$R/run3.log" 2>&1 &
+$RUN --partial --stats-interval 1 >"$R/run3.log" 2>&1 &
 pid=$!
 wait_state enabled 90; echo $? >"$R/attach3.rc"
 snap partial
@@ -88,7 +92,7 @@ wait $pid; echo $? >"$R/run3.rc"
 wait_state disabled 30
 
 # --no-direct-wake: a wake-up heavy load, every wake-up through Python ------------------------------
-scxctl --log-format json run --no-direct-wake --stats-interval 1 >"$R/run5.log" 2>&1 &
+$RUN --no-direct-wake --stats-interval 1 >"$R/run5.log" 2>&1 &
 pid=$!
 wait_state enabled 90; echo $? >"$R/attach5.rc"
 stress-ng --futex 1 --pipe 1 --sleep 1 --timeout 6s >/dev/null 2>&1
@@ -97,26 +101,33 @@ kill -TERM $pid
 wait $pid; echo $? >"$R/run5.rc"
 wait_state disabled 30
 
-# a policy that raises at runtime --------------------------------------------------------------------
+# a policy that raises at runtime: deciding (round-trip mode) or computing parameters (steer mode)
 cat >/tmp/raising.py <<'EOF'
-from scxctl.pyland.policies.fifo import FifoPolicy
+from scxctl.pyland.policies.deadline import DeadlinePolicy
 
-class Raising(FifoPolicy):
+class Raising(DeadlinePolicy):
     name = "raising"
     calls = 0
 
-    def decide(self, task, decision):
+    def bug(self, task):
         if task.pid < 2_000_000_000:  # real tasks only: the validation call uses synthetic pids
             Raising.calls += 1
             if Raising.calls > 20:
                 raise RuntimeError("policy bug on purpose")
+
+    def decide(self, task, decision):
+        self.bug(task)
         super().decide(task, decision)
+
+    def observe(self, task, params):
+        self.bug(task)
+        return super().observe(task, params)
 
 POLICY = Raising
 EOF
 # Load starts once pyland is enabled (start-up takes 20+ s under TCG): on an idle guest every wake-up
 # finds an idle CPU and is dispatched by BPF directly, so the policy would never be called.
-timeout 150 scxctl --log-format json run --policy /tmp/raising.py --stats-interval 0 >"$R/run4.log" 2>&1 &
+timeout 150 $RUN --policy /tmp/raising.py --stats-interval 0 >"$R/run4.log" 2>&1 &
 p4=$!
 wait_state enabled 90
 stress-ng --cpu 2 --sleep 1 --fork 1 --timeout 40s >/dev/null 2>&1 &
@@ -134,17 +145,23 @@ def stats_lines(text: str) -> list[dict[str, Any]]:
     return [d for d in json_lines(text) if d.get("event") == "pyland stats"]
 
 
-# None: the default kernel (the newest when it was prepared); "oldest": the oldest installable
-# sched_ext kernel of the archive (tools.vm.kernel.prepare)
-KERNELS = [None, "oldest"]
+# (kernel, mode): the kernel None is the default one (the newest when it was prepared), "oldest" the
+# oldest installable sched_ext kernel of the archive (tools.vm.kernel.prepare)
+BOOTS = [(None, "steer"), ("oldest", "steer"), (None, "round-trip")]
+MODE_ARGS = {"steer": "", "round-trip": "--round-trip"}
 
 
-@pytest.fixture(scope="module", params=KERNELS, ids=["newest", "oldest"])
+def mode_of(guest: Path) -> str:
+    return read(guest, "mode.txt").strip()
+
+
+@pytest.fixture(scope="module", params=BOOTS, ids=["newest", "oldest", "newest-round-trip"])
 def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    kernel, mode = request.param
     script = tmp_path_factory.mktemp("pyland") / "scenario.sh"
-    script.write_text(SCENARIO)
+    script.write_text(SCENARIO.replace("@MODE@", mode).replace("@MODE_ARGS@", MODE_ARGS[mode]))
     res = vm.run("bash /tmp/pyland_scenario.sh", timeout=900, cpus=2, mem="2G",
-                 copy=[(str(script), "/tmp/pyland_scenario.sh")], kernel=request.param)
+                 copy=[(str(script), "/tmp/pyland_scenario.sh")], kernel=kernel)
     assert res.returncode == 0, f"guest run failed ({res.message}): {res.output[-3000:]}"
     return res.results
 
@@ -152,7 +169,7 @@ def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory, request: pytest.Fix
 def test_the_guest_ran_the_requested_kernel(guest: Path, request: pytest.FixtureRequest) -> None:
     from tools.vm import kernel
 
-    spec = request.node.callspec.params["guest"]
+    spec = request.node.callspec.params["guest"][0]
     want = kernel.current() if spec is None else kernel.prepare(spec)
     assert want is not None
     assert read(guest, "uname.txt").strip() == want.release
@@ -166,7 +183,7 @@ def test_cpu_max_hooks_follow_the_kernel_and_are_reported_once(
     from scxctl.pyland.records import COMPAT_MISSING
     from scxctl.pyland.records import COMPAT_NO_CGROUP_BW as no_cgroup_bw
 
-    oldest = request.node.callspec.params["guest"] == "oldest"
+    oldest = request.node.callspec.params["guest"][0] == "oldest"
     release = read(guest, "uname.txt").strip()
     events = json_lines(read(guest, "run1.log"))
     stats = [e for e in events if e.get("event") == "pyland stats"]
@@ -194,13 +211,24 @@ def test_stress_mix_runs_30s_without_ejection(guest: Path) -> None:
     assert read(guest, "sched_alive_after_stress.txt").strip() == "alive"
     stats = stats_lines(read(guest, "run1.log"))
     assert len(stats) >= 5
-    dispatched = [s["nr_dispatched"] for s in stats]
-    assert dispatched == sorted(dispatched) and dispatched[-1] > dispatched[0] > 0
-    consumed = [s["consumed"] for s in stats]
-    assert consumed[-1] > consumed[0]
+    if mode_of(guest) == "round-trip":
+        dispatched = [s["nr_dispatched"] for s in stats]
+        assert dispatched == sorted(dispatched) and dispatched[-1] > dispatched[0] > 0
+        consumed = [s["consumed"] for s in stats]
+        assert consumed[-1] > consumed[0]
     last = stats[-1]
-    assert last["nr_queued"] >= last["consumed"] > 0
     assert last["nr_usersched_runs"] > 0
+    if mode_of(guest) == "steer":
+        # BPF placed the tasks; the policy learnt from reports and moved the hogs to its batch class,
+        # whose wake-ups it decides; sleepers woken beside the hogs preempted them
+        steered = [s["nr_steered"] for s in stats]
+        assert steered == sorted(steered) and steered[-1] > steered[0] > 0
+        assert last["observed"] > 0 and last["nr_reports"] >= last["observed"]
+        assert last["nr_updates"] > 0 and last["policy_reclassified"] > 0
+        assert last["nr_wake_preempts"] > 0 and last["nr_direct_wakes"] == 0
+        assert last["nr_queued"] >= last["consumed"]
+        return
+    assert last["nr_queued"] >= last["consumed"] > 0
     # futex/pipe/sleep threads have short bursts: the policy grants them direct wake-ups, which
     # still reach Python, at most once a budget per task, the decision only renewing the grant (as
     # for a cut slice BPF put back, below); the others send no record (nr_coalesced)
@@ -235,15 +263,22 @@ def test_a_pinned_sleeper_is_not_kept_waiting_by_granted_wake_ups(guest: Path) -
           f"{len(waits)} over 50 ms")
     assert max(waits, default=0.0) < 1.0, waits
     last = stats_lines(read(guest, "run1.log"))[-1]
-    assert last["nr_grant_waits"] > 0 and last["nr_direct_wakes"] > 0, last
+    if mode_of(guest) == "round-trip":
+        assert last["nr_grant_waits"] > 0 and last["nr_direct_wakes"] > 0, last
 
 
 def test_no_direct_wake_sends_every_wake_up_through_python(guest: Path) -> None:
+    """Round-trip mode: no wake-up placed by BPF on a grant. Steer mode has no grants: BPF places
+    every wake-up from the policy's parameters, with or without the option."""
     log = read(guest, "run5.log")
     assert read(guest, "attach5.rc").strip() == "0", log[-2000:]
     stats = stats_lines(log)
     assert stats, log[-2000:]
     last = stats[-1]
+    assert read(guest, "run5.rc").strip() == "0"
+    if mode_of(guest) == "steer":
+        assert last["nr_steered"] > 0 and last["nr_direct_wakes"] == 0
+        return
     assert last["nr_dispatched"] > 0
     assert last["nr_direct_wakes"] == 0
     # what BPF still places itself is a task's first enqueue (new_direct), which sends no record,

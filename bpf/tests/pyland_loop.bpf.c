@@ -15,8 +15,14 @@ char LICENSE[] SEC("license") = "GPL";
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 512 * 1024);	/* 5957 records of 80 + 8 bytes */
+	__uint(max_entries, 1024 * 1024);	/* 7281 records of 136 + 8 bytes */
 } queued SEC(".maps");
+
+/* steer mode's reports: what tasks did, for observe() */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} reports SEC(".maps");
 
 /* small on purpose: 73 decisions of 48 + 8 bytes, so the tests can fill it */
 struct {
@@ -60,10 +66,33 @@ struct drain_results {
 	__u64 last_deadline;
 	__u64 last_vtime;
 	__u64 direct_wake;	/* decisions with PYLAND_DECISION_DIRECT_WAKE */
-	/* unused: puts both record layouts into this object's BTF for tests/test_pyland_records.py */
+	/* updates (told from decisions by their size, as ops.dispatch does) */
+	__u64 updates;
+	__s32 upd_pid;		/* of the last update */
+	__u32 upd_class;
+	__u32 upd_own;
+	__u32 upd_flags;
+	__u64 upd_slice_ns;
+	__s64 upd_lag_ns;
+	__u32 upd_weight;
+	__s32 upd_cpu;
+	__u64 upd_sent_at;
+	/* unused: puts the record layouts into this object's BTF for tests/test_pyland_records.py */
 	struct pyland_task task_layout;
 	struct pyland_decision decision_layout;
+	struct pyland_update update_layout;
 } results SEC(".data.results") = { .last_pid = -1 };
+
+/* ctx_in of feed_reports(): pid = pid_base + i for i < count */
+struct report_args {
+	__u64 count;
+	__s32 pid_base;
+	__u32 nr_wakeups;
+	__u64 run_ns;
+	__u64 exec_runtime;
+	__u32 class_id;
+	__u32 weight;
+};
 
 static long feed_one(__u64 i, struct feed_args *a)
 {
@@ -106,11 +135,63 @@ int feed(struct feed_args *ctx)
 	return bpf_loop((__u32)a.count, feed_one, &a, 0);
 }
 
+static long report_one(__u64 i, struct report_args *a)
+{
+	struct pyland_task *rec;
+
+	rec = bpf_ringbuf_reserve(&reports, sizeof(*rec), 0);
+	if (!rec)
+		return 1;
+	__builtin_memset(rec, 0, sizeof(*rec));
+	rec->pid = a->pid_base + (__s32)i;
+	rec->nr_cpus_allowed = 2;
+	rec->weight = a->weight;
+	rec->placed = 1;
+	rec->exec_runtime = a->exec_runtime;
+	__builtin_memcpy(rec->comm, "pyland-report\0\0", PYLAND_COMM_LEN);
+	rec->run_ns = a->run_ns;
+	rec->kind = PYLAND_REC_REPORT;
+	rec->nr_wakeups = a->nr_wakeups;
+	rec->waker = 1;
+	rec->class_id = a->class_id;
+	rec->deadline = 12345;
+	rec->sleep_ns = 5000000;
+	bpf_ringbuf_submit(rec, BPF_RB_NO_WAKEUP);	/* as pyland.bpf.c: reports never wake the loop */
+	return 0;
+}
+
+SEC("syscall")
+int feed_reports(struct report_args *ctx)
+{
+	struct report_args a = *ctx;
+
+	return bpf_loop((__u32)a.count, report_one, &a, 0);
+}
+
+static long check_update(const struct pyland_update *u)
+{
+	results.updates++;
+	results.upd_pid = u->pid;
+	results.upd_class = u->class_id;
+	results.upd_own = u->own;
+	results.upd_flags = u->params.flags;
+	results.upd_slice_ns = u->params.slice_ns;
+	results.upd_lag_ns = u->params.lag_ns;
+	results.upd_weight = u->params.weight;
+	results.upd_cpu = u->params.cpu;
+	results.upd_sent_at = u->sent_at;
+	return 0;
+}
+
 static long check_one(struct bpf_dynptr *dynptr, void *ctx)
 {
-	const struct pyland_decision *d = bpf_dynptr_data(dynptr, 0, sizeof(*d));
+	const struct pyland_update *u = bpf_dynptr_data(dynptr, 0, sizeof(*u));
+	const struct pyland_decision *d;
 	__u64 want;
 
+	if (u)
+		return check_update(u);
+	d = bpf_dynptr_data(dynptr, 0, sizeof(*d));
 	if (!d)
 		return 1;
 	want = results.enq_base + (__u64)(__s64)(d->pid - results.pid_base);

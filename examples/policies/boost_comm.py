@@ -2,19 +2,21 @@
 
     scxctl run pyland --policy examples/policies/boost_comm.py
 
-Tasks whose command name (Task.comm) is in BOOSTED get a deadline one budget (20 ms) earlier than
-"deadline" would give them, preempt the running task when they wake up, and get their next
-wake-ups placed by BPF at once (the direct wake-up grant). Everything else is
-the built-in policy, reached through super().decide().
+Tasks whose command name (Task.comm) is in BOOSTED go to a class of their own whose deadlines are
+one budget (20 ms) earlier than "deadline" would give them: they win every tie with other tasks and
+preempt them when they wake (steer mode). In round-trip mode (--round-trip), decide() moves their
+deadline instead, preempts for them and grants them direct wake-ups. Everything else is the built-in
+policy, reached through super().
 """
 
 from __future__ import annotations
 
 from scxctl.pyland.policies.deadline import DeadlinePolicy
-from scxctl.pyland.policy import SCX_ENQ_WAKEUP, Decision, PolicyOptions, Task
+from scxctl.pyland.policy import SCX_ENQ_WAKEUP, Decision, Params, PolicyOptions, Task
 
 # Task.comm is 16 bytes, NUL-padded: compare against padded names, no allocation per call.
 BOOSTED = frozenset(name.ljust(16, b"\0") for name in (b"pipewire", b"Xorg", b"mpv", b"kwin_wayland"))
+BOOST = 2  # the class of the favoured (deadline uses 0 and 1)
 
 
 class BoostComm(DeadlinePolicy):
@@ -24,6 +26,18 @@ class BoostComm(DeadlinePolicy):
         super().__init__(options)
         self.bonus = options.slice_ns
         self.nr_favoured = 0
+
+    def class_params(self) -> dict[int, Params]:
+        return {**super().class_params(), BOOST: Params(lag_ns=-self.bonus)}
+
+    def observe(self, task: Task, params: Params) -> bool:
+        if task.comm not in BOOSTED:
+            return super().observe(task, params)
+        if task.class_id == BOOST:  # BPF has it already
+            return False
+        self.nr_favoured += 1
+        params.class_id = BOOST
+        return True
 
     def decide(self, task: Task, decision: Decision) -> None:
         super().decide(task, decision)

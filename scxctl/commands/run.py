@@ -18,12 +18,17 @@ class SchedulerChoice(enum.StrEnum):
 
 _POLICY_HELP = "Built-in policy (deadline, fifo) or a Python file defining a Policy subclass."
 _IDLE_HELP = "Let BPF put a waking task straight onto an idle CPU (no Python round trip)."
+_ROUND_TRIP_HELP = (
+    "Every enqueue waits for the policy's decide() (the synchronous mode), instead of BPF placing "
+    "tasks from the parameters the policy sets; a policy without observe() always runs this way."
+)
+_PREEMPT_HELP = "Steer mode: a waking task whose deadline is earlier than the running one's preempts it."
 _DIRECT_HELP = (
-    "Let BPF place the wake-ups of tasks the policy marked latency-critical (preempt) at once; the "
+    "Round-trip mode: let BPF place the wake-ups of tasks the policy marked latency-critical at once; the "
     "policy hears of them at most once a budget per task, and can withdraw the grant."
 )
 _NEW_HELP = (
-    "Let BPF place a task's first run (a fork) behind the running deadlines, without a round trip; "
+    "Round-trip mode: let BPF place a task's first run (a fork) behind the running deadlines; "
     "the policy first sees the task at its next enqueue."
 )
 MAX_HOLD_MS = 4000  # the kernel ejects a scheduler whose runnable task waited 5 s
@@ -37,6 +42,13 @@ def run(
     policy: Annotated[
         str, typer.Option("--policy", "-p", metavar="NAME|FILE.py", help=_POLICY_HELP)
     ] = "deadline",
+    round_trip: Annotated[bool, typer.Option("--round-trip", help=_ROUND_TRIP_HELP)] = False,
+    report_ms: Annotated[
+        int, typer.Option("--report-ms", min=1, metavar="MS",
+                          help="Steer mode: each task reports what it did to the policy at most every MS.")
+    ] = 100,
+    wake_preempt: Annotated[
+        bool, typer.Option("--wake-preempt/--no-wake-preempt", help=_PREEMPT_HELP)] = True,
     builtin_idle: Annotated[bool, typer.Option("--builtin-idle/--no-builtin-idle", help=_IDLE_HELP)] = True,
     direct_wake: Annotated[bool, typer.Option("--direct-wake/--no-direct-wake", help=_DIRECT_HELP)] = True,
     new_direct: Annotated[bool, typer.Option("--new-direct/--no-new-direct", help=_NEW_HELP)] = True,
@@ -59,7 +71,7 @@ def run(
         int,
         typer.Option("--ring-kib", min=0, metavar="KIB",
                      help="Size of the ring of tasks waiting for the policy, a power of two in KiB (0: "
-                          "the built-in 512, about 4700 tasks); when it is full, BPF places tasks itself."),
+                          "the built-in 512, about 3600 tasks); when it is full, BPF places tasks itself."),
     ] = 0,
     policy_budget_ms: Annotated[
         int,
@@ -98,7 +110,8 @@ def run(
         raise UsageError(f"--ring-kib must be a power of two of at least 4, not {ring_kib}")
     if slice_min_us > slice_us:
         raise UsageError(f"--slice-min-us ({slice_min_us}) must not exceed --slice-us ({slice_us})")
-    opts = RunOptions(policy=policy, builtin_idle=builtin_idle, direct_wake=direct_wake,
+    opts = RunOptions(policy=policy, round_trip=round_trip, report_ms=report_ms, wake_preempt=wake_preempt,
+                      builtin_idle=builtin_idle, direct_wake=direct_wake,
                       new_direct=new_direct, slice_us=slice_us,
                       slice_min_us=slice_min_us,
                       partial=partial, stats_interval=stats_interval, max_backlog=max_backlog,
@@ -107,7 +120,9 @@ def run(
     res = run_pyland(opts)
     loop, bpf = res.loop_stats, res.bpf_stats
     typer.echo(
-        f"pyland: {loop['consumed']} tasks queued to Python, {loop['written']} decisions, "
+        f"pyland: {bpf['nr_steered']} placed by BPF on the policy's parameters, {loop['observed']} "
+        f"reports observed, {bpf['nr_updates']} parameter updates, {bpf['nr_wake_preempts']} wake-up "
+        f"preemptions; {loop['consumed']} tasks queued to Python, {loop['written']} decisions, "
         f"{bpf['nr_dispatched']} applied, {bpf['nr_stale']} stale, {bpf['nr_ring_full']} ring-full and "
         f"{bpf['nr_backlog']} backlog fallbacks, {bpf['nr_direct']} direct (idle CPU), "
         f"{bpf['nr_kthread']} kthreads, {bpf['nr_stalled']} placed while the policy overran, "

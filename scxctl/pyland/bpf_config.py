@@ -27,6 +27,10 @@ class PylandConfig:
     stall_ns: int  # the policy budget; 0: off
     new_direct: int
     bw_max_hold_ns: int  # cpu.max: the longest a throttled cgroup's task is held
+    steer: int  # 1: BPF places every enqueue from the policy's parameters; 0: the round trip
+    lag_ns: int  # steer: the sleep credit a waking task may bring
+    report_ns: int  # steer: the most often a task reports what it did
+    preempt_gap_ns: int  # steer: the most often a wake-up may preempt one CPU; 0: never
 
     def pack(self) -> bytes:
         return CONFIG.pack(*astuple(self))

@@ -18,7 +18,11 @@ The kernel/user hand-off rules of a user-space scheduler shape every line here:
   Per call, not per batch: a long batch of quick decisions is not a stuck policy (under TCG a batch of
   256 took up to 130 ms);
 - a decision's pid and generation are the record's, whatever the policy wrote: a wrong one would
-  leave its task waiting for a decision that never comes.
+  leave its task waiting for a decision that never comes;
+- steer mode: the `reports` ring (what tasks did, never waking the loop) is read after the queued
+  one, each report goes to observe(), and the parameters it returns True for are written to the
+  same user ring as the decisions (an update, told apart by its size), as are set_class() changes.
+  A value that does not fit its C field is saturated here and counted (BPF clamps the rest).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from scxctl.bpf.ringbuf import Reader, Writer
-from scxctl.pyland.policy import Decision, Policy, Task, batch_end_hook
+from scxctl.pyland.policy import Decision, Params, Policy, Task, batch_end_hook
 from scxctl.pyland.records import (
     DECISION,
     DECISION_DIRECT_WAKE,
@@ -38,8 +42,12 @@ from scxctl.pyland.records import (
     NR_CONSUMED,
     NR_SCHEDULED,
     NR_WRITTEN,
+    PARAM_CPU,
+    PARAM_FIFO,
+    PARAM_SYNC,
     POLICY_SINCE,
     TASK,
+    UPDATE,
 )
 from scxctl.pyland.shared import SharedState
 
@@ -54,7 +62,34 @@ def discard_records(reader: Reader) -> int:
         dropped += n
         out.clear()
     return dropped
-DEFAULT_WAIT_S = 0.1  # epoll timeout when idle: also the period of stats and exit checks
+DEFAULT_WAIT_S = 0.1  # epoll timeout when idle: also the period of stats, exit checks and reports
+U32_MAX = (1 << 32) - 1
+S32_MIN, S32_MAX = -(1 << 31), (1 << 31) - 1
+U64_MAX = (1 << 64) - 1
+S64_MIN, S64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _fit(value: int, lo: int, hi: int) -> tuple[int, bool]:
+    """`value` saturated to [lo, hi], and whether it had to be."""
+    if value < lo:
+        return lo, True
+    if value > hi:
+        return hi, True
+    return value, False
+
+
+def update_values(pid: int, params: Params, sent_at: int) -> tuple[tuple[int, ...], bool]:
+    """A struct pyland_update's values for `params`, and whether a value had to be saturated to fit
+    its C field (BPF then clamps what fits but is out of range, and counts it)."""
+    class_id, c1 = _fit(int(params.class_id), 0, U32_MAX)
+    slice_ns, c2 = _fit(int(params.slice_ns), 0, U64_MAX)
+    lag_ns, c3 = _fit(int(params.lag_ns), S64_MIN, S64_MAX)
+    weight, c4 = _fit(int(params.weight), 0, U32_MAX)
+    cpu, c5 = _fit(int(params.cpu), S32_MIN, S32_MAX)
+    flags = (PARAM_SYNC if params.sync else 0) | (PARAM_CPU if cpu >= 0 else 0) | \
+        (PARAM_FIFO if params.fifo else 0)
+    return (pid, class_id, 1 if params.own else 0, 0, sent_at, slice_ns, lag_ns, weight, cpu, flags, 0), \
+        c1 or c2 or c3 or c4 or c5
 
 
 @dataclass
@@ -63,6 +98,9 @@ class LoopStats:
 
     consumed: int = 0
     written: int = 0
+    observed: int = 0  # steer mode: reports read and given to observe()
+    updates: int = 0  # steer mode: parameter updates written (tasks and classes)
+    saturated: int = 0  # updates with a value that did not fit its C field
     batches: int = 0
     ring_full: int = 0  # times a write found the user ring full
     yields: int = 0
@@ -96,6 +134,7 @@ class SchedulerLoop:
         *,
         batch: int = DEFAULT_BATCH,
         yield_fn: Callable[[], None] = os.sched_yield,
+        reports: Reader | None = None,
     ) -> None:
         self.reader = reader
         self.writer = writer
@@ -103,12 +142,16 @@ class SchedulerLoop:
         self.policy = policy
         self.batch = batch
         self.yield_fn = yield_fn
+        self.reports = reports  # steer mode's `reports` ring; None in round-trip mode
         self.stats = LoopStats()
         self.task = Task()
         self.decision = Decision()
+        self.params = Params()
         self._records: list[tuple[object, ...]] = []
-        self._pending: list[tuple[int, ...]] = []  # decisions waiting for room in the user ring
+        # records waiting for room in the user ring, in order: (DECISION or UPDATE, values)
+        self._pending: list[tuple[object, tuple[int, ...]]] = []
         self._batch_end = batch_end_hook(policy)
+        self._observe = policy.observe if reports is not None else None
 
     @property
     def pending(self) -> int:
@@ -118,8 +161,8 @@ class SchedulerLoop:
         pending = self._pending
         write = self.writer.write
         done = 0
-        for values in pending:
-            if not write(DECISION, *values):
+        for fmt, values in pending:
+            if not write(fmt, *values):
                 self.stats.ring_full += 1
                 break
             done += 1
@@ -127,13 +170,41 @@ class SchedulerLoop:
             del pending[:done]
             self.stats.written += done
 
+    def _emit(self, fmt: object, values: tuple[int, ...]) -> bool:
+        """Write one record to the user ring, or keep it in order in the pool; True if written."""
+        pending = self._pending
+        # keep the order: once one record waits, every later one waits behind it
+        if not pending and self.writer.write(fmt, *values):
+            return True
+        if not pending:
+            self.stats.ring_full += 1
+        pending.append((fmt, values))
+        return False
+
+    def send_update(self, pid: int, params: Params) -> None:
+        """Parameters for task `pid`, or for class params.class_id when `pid` is 0."""
+        values, saturated = update_values(pid, params, time.monotonic_ns())
+        if saturated:
+            self.stats.saturated += 1
+        self.stats.updates += 1
+        if self._emit(UPDATE, values):
+            self.stats.written += 1
+
+    def send_classes(self, classes: dict[int, Params]) -> None:
+        """A policy's classes (class_params() at attach, set_class() after a batch)."""
+        for class_id, params in classes.items():
+            params.class_id = class_id
+            self.send_update(0, params)
+
     def step(self) -> int:
-        """Flush the pool, then read, decide and write one batch; returns the records read."""
+        """Flush the pool, then one batch: queued records decided, reports observed, the results
+        written; returns the records read."""
         st = self.stats
         wall0 = time.perf_counter_ns()
         cpu0 = time.thread_time_ns()
         counters = self.shared.counters
         pending = self._pending
+        now_ns = time.monotonic_ns
         if pending:
             self._flush_pending()
             counters[NR_WRITTEN] = st.written
@@ -146,43 +217,18 @@ class SchedulerLoop:
         records = self._records
         records.clear()
         n = self.reader.read_batch(TASK, records, self.batch)
-        if n == 0:
+        if n:
+            st.consumed += n
+            counters[NR_CONSUMED] = st.consumed
+            # the pool: consumed but not yet written; BPF treats nr_scheduled > 0 as pending work
+            counters[NR_SCHEDULED] = n
+            self._decide_all(records)
+        reported = self._observe_reports() if self._observe is not None else 0
+        if n == 0 and reported == 0:
             return 0
-        st.consumed += n
-        counters[NR_CONSUMED] = st.consumed
-        # the pool: consumed but not yet written; BPF treats nr_scheduled > 0 as pending work
-        counters[NR_SCHEDULED] = n
-
-        task = self.task
-        decision = self.decision
-        decide = self.policy.decide
-        write = self.writer.write
-        written = 0
-        now_ns = time.monotonic_ns
-        for rec in records:
-            counters[POLICY_SINCE] = now_ns()
-            (task.pid, task.cpu, task.nr_cpus_allowed, task.flags, task.start_ts, task.stop_ts,
-             task.exec_runtime, task.weight, task.placed, task.vtime, task.enq_cnt, task.comm,
-             task.cgroup_id, task.throttled, task.run_ns) = rec
-            try:  # zero-cost unless it raises (3.11+); only the policy's own errors are wrapped
-                decide(task, decision)
-            except Exception as exc:
-                counters[POLICY_SINCE] = 0
-                raise PolicyFailed(self.policy.name, exc) from exc
-            values = (task.pid, decision.cpu,
-                      (DECISION_PREEMPT if decision.preempt else 0) |
-                      (DECISION_DIRECT_WAKE if decision.direct_wake else 0),
-                      decision.slice_ns, decision.deadline, decision.vtime, task.enq_cnt)
-            # keep the order: once one decision waits, every later one waits behind it
-            if not pending and write(DECISION, *values):
-                written += 1
-            else:  # the user ring is full: the pool keeps this decision
-                if not pending:
-                    st.ring_full += 1
-                pending.append(values)
-
-        st.written += written
         st.batches += 1
+        if class_updates := self.policy.take_class_updates():
+            self.send_classes(dict(class_updates))
         counters[NR_WRITTEN] = st.written
         if self._batch_end is not None:
             now = counters[POLICY_SINCE] = now_ns()
@@ -207,6 +253,66 @@ class SchedulerLoop:
             counters[NR_SCHEDULED] = 0
         self.yield_fn()
         st.yields += 1
+        return n + reported
+
+    def _decide_all(self, records: list[tuple[object, ...]]) -> None:
+        """decide() for each queued record, its decision written (or pooled) in order."""
+        counters = self.shared.counters
+        task = self.task
+        decision = self.decision
+        decide = self.policy.decide
+        emit = self._emit
+        written = 0
+        now_ns = time.monotonic_ns
+        for rec in records:
+            counters[POLICY_SINCE] = now_ns()
+            (task.pid, task.cpu, task.nr_cpus_allowed, task.flags, task.start_ts, task.stop_ts,
+             task.exec_runtime, task.weight, task.placed, task.vtime, task.enq_cnt, task.comm,
+             task.cgroup_id, task.throttled, task.run_ns, task.kind, task.nr_wakeups, task.waker,
+             task.class_id, task.deadline, task.sleep_ns) = rec
+            try:  # zero-cost unless it raises (3.11+); only the policy's own errors are wrapped
+                decide(task, decision)
+            except Exception as exc:
+                counters[POLICY_SINCE] = 0
+                raise PolicyFailed(self.policy.name, exc) from exc
+            values = (task.pid, decision.cpu,
+                      (DECISION_PREEMPT if decision.preempt else 0) |
+                      (DECISION_DIRECT_WAKE if decision.direct_wake else 0),
+                      decision.slice_ns, decision.deadline, decision.vtime, task.enq_cnt)
+            if emit(DECISION, values):
+                written += 1
+        self.stats.written += written
+
+    def _observe_reports(self) -> int:
+        """observe() for each report waiting in the `reports` ring (one batch); the reports read."""
+        assert self.reports is not None and self._observe is not None
+        records = self._records
+        records.clear()
+        n = self.reports.read_batch(TASK, records, self.batch)
+        if n == 0:
+            return 0
+        counters = self.shared.counters
+        task = self.task
+        params = self.params
+        observe = self._observe
+        send = self.send_update
+        now_ns = time.monotonic_ns
+        for rec in records:
+            counters[POLICY_SINCE] = now_ns()
+            (task.pid, task.cpu, task.nr_cpus_allowed, task.flags, task.start_ts, task.stop_ts,
+             task.exec_runtime, task.weight, task.placed, task.vtime, task.enq_cnt, task.comm,
+             task.cgroup_id, task.throttled, task.run_ns, task.kind, task.nr_wakeups, task.waker,
+             task.class_id, task.deadline, task.sleep_ns) = rec
+            params.reset()
+            try:
+                changed = observe(task, params)
+            except Exception as exc:
+                counters[POLICY_SINCE] = 0
+                raise PolicyFailed(self.policy.name, exc) from exc
+            if changed:
+                send(task.pid, params)
+        counters[POLICY_SINCE] = 0
+        self.stats.observed += n
         return n
 
     def run(

@@ -1,9 +1,15 @@
-"""The policy API of pyland: what a scheduling policy sees (Task) and returns (Decision).
+"""The policy API of pyland: what a scheduling policy sees (Task) and returns (Params, Decision).
 
-The loop calls ``policy.decide(task, decision)`` once per runnable task, on ONE preallocated Task
-and ONE Decision that it reuses for every record, so the hot path allocates nothing; a policy must
-fill every Decision field and must not keep references to either object. The field order of both
-classes mirrors the records of bpf/pyland.h (see docs/policy-api.md for the user documentation).
+Steer mode (the default for a policy that defines observe() or class_params()): BPF places every
+task itself from the parameters the policy set for it or its class, and the loop calls
+``policy.observe(task, params)`` with each task's report of what it did; a policy that returns True
+has the Params it filled sent to BPF. Tasks whose parameters say `sync`, and every task in
+round-trip mode, wait for ``policy.decide(task, decision)`` instead.
+
+The loop reuses ONE Task, ONE Params and ONE Decision for every record, so the hot path allocates
+nothing; a policy must fill every Decision field (and the Params it returns True for) and must not
+keep references to them. The field order mirrors the records of bpf/pyland.h (docs/policy-api.md
+is the user documentation).
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from scxctl.errors import UsageError
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-PYLAND_CPU_ANY = -1  # Decision.cpu: no CPU chosen, the task goes to the shared DSQ
+PYLAND_CPU_ANY = -1  # Decision.cpu: no CPU chosen, the task goes to the shared DSQ; Params.cpu: none
 SCX_ENQ_WAKEUP = 1  # Task.flags: the task was enqueued because it woke up
 NICE0_WEIGHT = 100  # Task.weight of a nice-0 task (sched_ext weights run 1..10000)
 NSEC_PER_USEC = 1_000
@@ -49,6 +55,12 @@ TASK_FIELDS = (
     "cgroup_id",
     "throttled",
     "run_ns",
+    "kind",
+    "nr_wakeups",
+    "waker",
+    "class_id",
+    "deadline",
+    "sleep_ns",
 )
 DECISION_FIELDS = ("pid", "cpu", "preempt", "direct_wake", "slice_ns", "deadline", "vtime", "enq_cnt")
 
@@ -73,6 +85,12 @@ class Task:
     cgroup_id: int  # its cgroup (cpu controller): the inode number of its /sys/fs/cgroup directory
     throttled: int  # 1: held aside since its last record because its cgroup ran out of cpu.max quota
     run_ns: int  # ns of CPU time since its previous record (all of it: runs BPF placed without one too)
+    kind: int  # REC_ENQUEUE (0): it waits for decide(); REC_REPORT (1): what it did, for observe()
+    nr_wakeups: int  # wake-ups since its previous record
+    waker: int  # pid of the task that woke it last; 0: none seen (a timer, an interrupt)
+    class_id: int  # its class now (steer mode)
+    deadline: int  # steer mode: the deadline BPF placed this enqueue by (never 0); 0 in round-trip mode
+    sleep_ns: int  # ns it slept since its previous record
 
     def __init__(
         self,
@@ -92,6 +110,12 @@ class Task:
         cgroup_id: int = 0,
         throttled: int = 0,
         run_ns: int = 0,
+        kind: int = 0,
+        nr_wakeups: int = 0,
+        waker: int = 0,
+        class_id: int = 0,
+        deadline: int = 0,
+        sleep_ns: int = 0,
     ) -> None:
         self.pid = pid
         self.cpu = cpu
@@ -108,6 +132,12 @@ class Task:
         self.cgroup_id = cgroup_id
         self.throttled = throttled
         self.run_ns = run_ns
+        self.kind = kind
+        self.nr_wakeups = nr_wakeups
+        self.waker = waker
+        self.class_id = class_id
+        self.deadline = deadline
+        self.sleep_ns = sleep_ns
 
     @property
     def comm_text(self) -> str:
@@ -164,6 +194,62 @@ class Decision:
         return f"Decision({fields})"
 
 
+PARAMS_FIELDS = ("class_id", "own", "slice_ns", "lag_ns", "weight", "cpu", "sync", "fifo")
+NR_CLASSES = 64  # Params.class_id: 0..63; class 0 is every task's until the policy says otherwise
+
+
+class Params:
+    """How BPF places a task in steer mode (struct pyland_params, with its class), or a class's.
+
+    All defaults is "nothing special": class 0, the BPF slice, the task's own weight, no offset,
+    any CPU, placed by BPF at once. Out-of-range values are clamped by BPF (counted as
+    nr_param_clamped) rather than refused.
+    """
+
+    __slots__ = PARAMS_FIELDS
+
+    class_id: int  # the task's class (0..63): its class's params apply unless `own`
+    own: bool  # the fields below are the task's own, not its class's
+    slice_ns: int  # its slice and the request in its deadline (shorter runs sooner); 0: the BPF slice
+    lag_ns: int  # added to its deadline: negative runs sooner, positive later (within +-1 s)
+    weight: int  # 1..10000 (100 = nice 0); 0: the task's own, from its nice value
+    cpu: int  # preferred CPU: an idle one gets its wake-ups first; PYLAND_CPU_ANY (-1): none
+    sync: bool  # its wake-ups wait for decide() (a round trip through this loop)
+    fifo: bool  # ordered by arrival (the global vruntime when it is queued), not its own vruntime
+
+    def __init__(
+        self,
+        *,
+        class_id: int = 0,
+        own: bool = False,
+        slice_ns: int = 0,
+        lag_ns: int = 0,
+        weight: int = 0,
+        cpu: int = PYLAND_CPU_ANY,
+        sync: bool = False,
+        fifo: bool = False,
+    ) -> None:
+        self.class_id = class_id
+        self.own = own
+        self.slice_ns = slice_ns
+        self.lag_ns = lag_ns
+        self.weight = weight
+        self.cpu = cpu
+        self.sync = sync
+        self.fifo = fifo
+
+    def reset(self) -> None:
+        """Back to the defaults (the loop does this before each observe())."""
+        self.class_id = 0
+        self.own = self.sync = self.fifo = False
+        self.slice_ns = self.lag_ns = self.weight = 0
+        self.cpu = PYLAND_CPU_ANY
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name, '<unset>')!r}" for name in self.__slots__)
+        return f"Params({fields})"
+
+
 @dataclass(frozen=True, slots=True)
 class PolicyOptions:
     """What a policy may tune itself by; the 20 ms budget and the 3 ms BPF slice are separate."""
@@ -188,7 +274,7 @@ class PolicyOptions:
 class Policy:
     """Base class of every policy: built-in ones and the ones loaded with --policy FILE.py."""
 
-    __slots__ = ("options",)  # subclasses without __slots__ get a __dict__ as usual
+    __slots__ = ("_class_updates", "options")  # subclasses without __slots__ get a __dict__ as usual
 
     name: ClassVar[str] = "policy"
 
@@ -199,10 +285,37 @@ class Policy:
 
     def __init__(self, options: PolicyOptions) -> None:
         self.options = options
+        self._class_updates: list[tuple[int, Params]] = []
+
+    @classmethod
+    def steers(cls) -> bool:
+        """Does this policy use steer mode (it defines observe() or class_params())? A policy that
+        only decides runs in round-trip mode: every enqueue waits for decide()."""
+        return cls.observe is not Policy.observe or cls.class_params is not Policy.class_params
 
     def decide(self, task: Task, decision: Decision) -> None:
-        """Fill every field of `decision` for `task`; called once per runnable task."""
+        """Fill every field of `decision` for `task`: a task waiting for the policy (round-trip
+        mode, or a wake-up of a task whose params say sync)."""
         raise NotImplementedError
+
+    def observe(self, task: Task, params: Params) -> bool:
+        """Steer mode: `task` reports what it did since its last record. Fill `params` (it arrives
+        at the defaults) and return True to have them applied to the task; False changes nothing."""
+        return False
+
+    def class_params(self) -> dict[int, Params]:
+        """Steer mode: the classes this policy defines, sent to BPF whenever pyland attaches."""
+        return {}
+
+    def set_class(self, class_id: int, params: Params) -> None:
+        """Change a class's parameters at any time (sent after the current batch); every task of
+        the class is placed by them from then on."""
+        self._class_updates.append((class_id, params))
+
+    def take_class_updates(self) -> list[tuple[int, Params]]:
+        """What set_class() queued since the last call (the loop sends it)."""
+        out, self._class_updates = self._class_updates, []
+        return out
 
     def on_batch_end(self, now_ns: int) -> None:
         """Called after each batch of records (optional): periodic work belongs here."""

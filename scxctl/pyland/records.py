@@ -13,6 +13,14 @@ OPS_NAME = "pyland"
 # struct pyland_decision.flags
 DECISION_PREEMPT = 1
 DECISION_DIRECT_WAKE = 2
+# struct pyland_task.kind
+REC_ENQUEUE = 0  # the task waits for decide()
+REC_REPORT = 1  # steer mode: what it did, for observe()
+# struct pyland_params.flags
+PARAM_SYNC = 1
+PARAM_CPU = 2
+PARAM_FIFO = 4
+NR_CLASSES = 64
 # enum pyland_compat: what ops.init found this kernel cannot give (shared counter compat_missing)
 COMPAT_MISSING = {
     1 << 0: "scx_bpf_select_cpu_dfl (wake-ups are not moved to idle CPUs)",
@@ -30,13 +38,18 @@ REASON_LEN = 128
 MSG_LEN = 1024
 
 # struct pyland_task: pid, cpu, nr_cpus_allowed, flags, start_ts, stop_ts, exec_runtime, weight,
-# placed, vtime, enq_cnt, comm[16], cgroup_id, throttled, run_ns
-TASK = struct.Struct("=iiIIQQQIIQQ16sQQQ")
+# placed, vtime, enq_cnt, comm[16], cgroup_id, throttled, run_ns, kind, nr_wakeups, waker, class_id,
+# deadline, sleep_ns
+TASK = struct.Struct("=iiIIQQQIIQQ16sQQQIIiIQQ")
 # struct pyland_decision: pid, cpu, flags, slice_ns, deadline, vtime, enq_cnt
 DECISION = struct.Struct("=iiQQQQQ")
+# struct pyland_update: pid, class_id, own, pad, sent_at, then struct pyland_params: slice_ns, lag_ns,
+# weight, cpu, flags, pad
+UPDATE = struct.Struct("=iIIIQQqIiII")
 # struct pyland_config (.rodata): slice_ns, usersched_tgid, builtin_idle, timer_ns, max_backlog, starve_ns,
-# direct_wake_ns, max_slice_ns, stall_ns, new_direct, bw_max_hold_ns
-CONFIG = struct.Struct("=QIIQQQQQQQQ")
+# direct_wake_ns, max_slice_ns, stall_ns, new_direct, bw_max_hold_ns, steer, lag_ns, report_ns,
+# preempt_gap_ns
+CONFIG = struct.Struct("=QIIQQQQQQQQQQQQ")
 # struct pyland_cgroup_bw: the value of map `cgroup_bw`, whose key is the cgroup id (u64)
 CGROUP_BW_FIELDS = (
     "period_ns",
@@ -102,6 +115,16 @@ SHARED_COUNTERS = (
     "nr_grant_waits",
     "nr_yield_requeues",
     "nr_coalesced",
+    "nr_steered",
+    "nr_sync",
+    "nr_wake_preempts",
+    "nr_preempt_gated",
+    "nr_reports",
+    "nr_report_drops",
+    "nr_updates",
+    "nr_param_clamped",
+    "nr_pref_cpu",
+    "vruntime_now",
     # written by user space
     "nr_consumed",
     "nr_scheduled",
@@ -119,4 +142,5 @@ EXIT_OFFSET = 8 * len(SHARED_COUNTERS)
 EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")
 SHARED_SIZE = EXIT_OFFSET + EXIT_INFO.size
 
-assert TASK.size == 104 and DECISION.size == 48 and CONFIG.size == 80 and SHARED_SIZE == 1552
+assert TASK.size == 136 and DECISION.size == 48 and UPDATE.size == 56 and CONFIG.size == 112
+assert SHARED_SIZE == 1632

@@ -62,6 +62,8 @@ OPS_MAP = "pyland_ops"
 PARTIAL_OPS_MAP = "pyland_partial_ops"
 BANDWIDTH_PROG = "pyland_cgroup_set_bandwidth"
 TIMER_NS = 100 * NSEC_PER_MSEC
+# steer mode: a CPU is preempted for a wake-up at most this many times per BPF slice
+PREEMPTS_PER_SLICE = 4
 # include/linux/sched/ext.h: the exit code's action bits; a restart is asked for on CPU hotplug
 SCX_ECODE_ACT_RESTART = 1 << 48
 RESTART_KINDS = (65, 66)  # UNREG_BPF, UNREG_KERN: the only kinds a restart request comes with
@@ -92,6 +94,9 @@ class RunOptions:
     stats_interval: float = 5.0  # 0: no periodic summary
     max_backlog: int = 1024  # records Python may be behind before BPF schedules new tasks itself
     ring_kib: int = 0  # size of the queued ring in KiB (a power of two); 0: the object's (about 4700 tasks)
+    round_trip: bool = False  # every enqueue waits for decide(), even for a policy that steers
+    report_ms: int = 100  # steer mode: a task reports what it did at most this often
+    wake_preempt: bool = True  # steer mode: a wake-up with the earlier deadline preempts (gated)
     direct_wake: bool = True  # latency-critical tasks (the policy's preempt) wake without a round trip
     new_direct: bool = True  # a task's first enqueue is placed by BPF; the policy meets it at its second
     starve_ms: int = 1000  # a task waiting this long in a DSQ runs next, whatever its deadline
@@ -110,8 +115,8 @@ def policy_options(opts: RunOptions) -> PolicyOptions:
                          min_slice_ns=opts.slice_min_us * NSEC_PER_USEC, builtin_idle=opts.builtin_idle)
 
 
-def open_configured(path: Path, opts: RunOptions) -> BpfObject:
-    """The pyland object opened and configured for `opts`, not yet loaded.
+def open_configured(path: Path, opts: RunOptions, steer: bool = True) -> BpfObject:
+    """The pyland object opened and configured for `opts` (in steer mode, or round-trip), not yet loaded.
 
     The one place that configures the object, so that `scxctl doctor`'s trial load verifies exactly
     what `scxctl run` would load: the same .rodata and the same one of the two struct_ops maps.
@@ -128,7 +133,10 @@ def open_configured(path: Path, opts: RunOptions) -> BpfObject:
             timer_ns=TIMER_NS, max_backlog=opts.max_backlog, starve_ns=opts.starve_ms * NSEC_PER_MSEC,
             direct_wake_ns=popts.min_slice_ns if opts.direct_wake else 0, max_slice_ns=popts.slice_ns,
             stall_ns=opts.policy_budget_ms * NSEC_PER_MSEC, new_direct=int(opts.new_direct),
-            bw_max_hold_ns=opts.cpu_max_hold_ms * NSEC_PER_MSEC)
+            bw_max_hold_ns=opts.cpu_max_hold_ms * NSEC_PER_MSEC, steer=int(steer),
+            # a sleeper comes back at most one budget behind the running tasks
+            lag_ns=popts.slice_ns, report_ns=opts.report_ms * NSEC_PER_MSEC,
+            preempt_gap_ns=popts.min_slice_ns // PREEMPTS_PER_SLICE if opts.wake_preempt else 0)
         obj.set_rodata_bytes(0, config.pack())
         obj.map(OPS_MAP if opts.partial else PARTIAL_OPS_MAP).set_autocreate(False)
         members = sched_ext_ops_members(opts.sysroot)
@@ -144,6 +152,11 @@ def open_configured(path: Path, opts: RunOptions) -> BpfObject:
         obj.close()
         raise
     return obj
+
+
+def steers(policy: Policy, opts: RunOptions) -> bool:
+    """Steer mode unless asked for the round trip, or the policy only decides (no observe())."""
+    return not opts.round_trip and type(policy).steers()
 
 
 def trial_load(path: Path, opts: RunOptions | None = None) -> None:
@@ -176,6 +189,8 @@ class Scheduler:
         self.opts = opts
         self.path: Path | None = None
         self.policy: Policy | None = None
+        self.steer = False
+        self._clamp_warned = False
         self.obj: BpfObject | None = None
         self.cgroup_report: CgroupReport | None = None
         self.link: BpfLink | None = None
@@ -206,11 +221,16 @@ class Scheduler:
     def prepare(self) -> None:
         o = self.opts
         self.policy = load_policy(o.policy, policy_options(o))  # USAGE errors, before anything else
+        self.steer = steers(self.policy, o)
         preflight(o.sysroot)
         self.path = o.object_path or bpfobject.resolve(o.allow_stale)
         with set_up_priority():
             self._open()
+        if not self.steer and not o.round_trip:
+            log.info("the policy only decides (no observe()): every enqueue waits for it (round-trip mode)",
+                     policy=self.policy.name)
         log.info("pyland loaded", object=str(self.path), policy=self.policy.name, partial=o.partial,
+                 mode="steer" if self.steer else "round-trip",
                  builtin_idle=o.builtin_idle, direct_wake=o.direct_wake, new_direct=o.new_direct,
                  slice_us=o.slice_us,
                  slice_min_us=o.slice_min_us, policy_budget_ms=o.policy_budget_ms)
@@ -219,13 +239,14 @@ class Scheduler:
         """Open, configure and load a fresh object; the policy object is kept across restarts."""
         assert self.path is not None and self.policy is not None
         t0 = time.monotonic()
-        self.obj = obj = open_configured(self.path, self.opts)
+        self.obj = obj = open_configured(self.path, self.opts, self.steer)
         obj.load()
         self._load_ms = round((time.monotonic() - t0) * 1e3, 1)
         self.shared = SharedState(obj.map(".bss").initial_value())
         reader = open_reader(obj.map("queued").fd)
         writer = open_writer(obj.map("dispatched").fd)
-        self.loop = SchedulerLoop(reader, writer, self.shared, self.policy)
+        reports = open_reader(obj.map("reports").fd) if self.steer else None
+        self.loop = SchedulerLoop(reader, writer, self.shared, self.policy, reports=reports)
         self.cgroup_report = CgroupReport(obj, self.opts.sysroot)
         self._confirmed = False
         self._kernel_exit = False
@@ -237,7 +258,7 @@ class Scheduler:
             self.cgroup_report = None
         if self.loop is not None:
             self._totals.update(self.loop.stats.as_dict())
-            for end in (self.loop.reader, self.loop.writer):
+            for end in (self.loop.reader, self.loop.writer, self.loop.reports):
                 close = getattr(end, "close", None)
                 if close is not None:
                     close()
@@ -272,6 +293,7 @@ class Scheduler:
                                 kernel=os.uname().release, missing=missing)
             elif now > self._attach_deadline:
                 self._stop.reason = f"attach check: state={st.state} ops={st.ops}"
+        self._warn_clamped()
         if self.cgroup_report is not None:
             self.cgroup_report.maybe_write(now, self.shared.snapshot)
         if self.opts.stats_interval > 0 and now >= self._next_stats:
@@ -279,6 +301,18 @@ class Scheduler:
             log.info("pyland stats", **self.loop.stats.as_dict(), **self.shared.snapshot(),
                      **{f"policy_{k}": v for k, v in self.loop.policy.stats().items()},
                      restarts=self.restarts)
+
+    def _warn_clamped(self) -> None:
+        """One warning line, the first time BPF (or the loop) had to bring a parameter into range."""
+        assert self.shared is not None and self.loop is not None
+        if self._clamp_warned:
+            return
+        clamped = self.shared.get("nr_param_clamped")
+        if clamped or self.loop.stats.saturated:
+            self._clamp_warned = True
+            log.warning("the policy set parameters out of range; they were clamped (counted in "
+                        "nr_param_clamped)", policy=self.loop.policy.name, clamped=clamped,
+                        saturated=self.loop.stats.saturated)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         name = signal.Signals(signum).name
@@ -367,10 +401,12 @@ class Scheduler:
         self._totals.update(self.loop.stats.as_dict())
         snap = self.shared.snapshot()
         self._bpf_totals.update({k: snap[k] for k in EVENT_COUNTERS})
-        reader, writer = self.loop.reader, self.loop.writer
+        reader, writer, reports = self.loop.reader, self.loop.writer, self.loop.reports
         dropped = discard_records(reader)
+        if reports is not None:
+            discard_records(reports)  # what tasks did under the last attachment: stale news
         self.shared.clear()
-        self.loop = SchedulerLoop(reader, writer, self.shared, self.loop.policy)
+        self.loop = SchedulerLoop(reader, writer, self.shared, self.loop.policy, reports=reports)
         self._confirmed = False
         self._kernel_exit = False
         if dropped:
@@ -393,6 +429,8 @@ class Scheduler:
         self._harden_ms = round((now - t0) * 1e3, 1)
         self._attach_deadline = now + self.opts.attach_timeout
         self._next_stats = now + self.opts.stats_interval
+        if self.steer:  # drained by the first dispatch: until then every task is class 0's default
+            self.loop.send_classes(self.policy.class_params())
         with set_up_priority():
             self._attach()
         if self.opts.policy_budget_ms > 0:

@@ -1,13 +1,15 @@
 """A policy that misbehaves on purpose, to force pyland's safety paths in the VM tests.
 
 The built-in "deadline" policy until the file $ARM_FILE exists (looked for every 50 ms; loading and
-validation see a well-behaved policy), then what PYLAND_TEST_MODE says:
+validation see a well-behaved policy), then what PYLAND_TEST_MODE says, in decide() (round-trip
+mode) and in observe() (steer mode) alike:
 
-- stuck:    decide() never returns (writes the time it got stuck to $STUCK_FILE first);
+- stuck:    it never returns (writes the time it got stuck to $STUCK_FILE first);
 - swallow:  as stuck, and swallows every exception, BaseException included;
-- slow:     decide() sleeps SLOW_S per task;
-- unruly:   tasks named STARVE_COMM get a deadline behind every other task's, forever; every other
-            decision asks for CPU 9999 and a 10 s slice.
+- slow:     it sleeps SLOW_S per task;
+- unruly:   decide(): tasks named STARVE_COMM get a deadline behind every other task's, forever;
+            every other decision asks for CPU 9999 and a 10 s slice. observe(): every task gets
+            its own parameters out of range (weight 50000, a 1000 s slice, CPU 9999).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 import time
 
 from scxctl.pyland.policies.deadline import DeadlinePolicy
-from scxctl.pyland.policy import Decision, PolicyOptions, Task
+from scxctl.pyland.policy import Decision, Params, PolicyOptions, Task
 
 FAR = 1 << 62
 
@@ -39,21 +41,35 @@ class Misbehave(DeadlinePolicy):
             stuck_file = os.environ.get("STUCK_FILE", "/tmp/stuck_at")
             self.stuck_fd = os.open(stuck_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 
-    def decide(self, task: Task, decision: Decision) -> None:
-        super().decide(task, decision)
+    def _misbehaving(self) -> bool:
+        """Armed (the file exists) and in a mode that stalls: then stall here."""
         if not self.armed:
             now = time.monotonic()
             if now < self.next_look:
-                return
+                return False
             self.next_look = now + 0.05
             self.armed = os.path.exists(self.arm_file)
             if not self.armed:
-                return
+                return False
         if self.mode in ("stuck", "swallow"):
             self._get_stuck()
         elif self.mode == "slow":
             time.sleep(self.slow_s)
-        elif self.mode == "unruly":
+        return True
+
+    def observe(self, task: Task, params: Params) -> bool:
+        changed = super().observe(task, params)
+        if not self._misbehaving() or self.mode != "unruly":
+            return changed
+        params.own = True
+        params.weight, params.slice_ns, params.cpu = 50_000, 1000 * 10**9, 9999
+        return True
+
+    def decide(self, task: Task, decision: Decision) -> None:
+        super().decide(task, decision)
+        if not self._misbehaving():
+            return
+        if self.mode == "unruly":
             if task.comm == self.starve:
                 decision.deadline = FAR
                 decision.vtime = task.vtime

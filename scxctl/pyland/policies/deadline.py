@@ -1,5 +1,16 @@
 """The "deadline" policy (default): vruntime + deadline with burst tracking and a wake-up boost.
 
+Steer mode (the default): BPF keeps the vruntime and deadlines, and places every task at once; the
+policy only classifies. From each task's reports it tracks the average burst (CPU time between two
+wake-ups: run_ns / nr_wakeups, and the burst running now, exec_runtime): a task whose bursts stay
+within a quarter of the budget is interactive (class 0: placed at once, preempting a later deadline
+when it wakes); a longer one is batch (class 1: its wake-ups wait for decide(), which keeps BPF's
+deadline). A CPU-bound task seldom wakes, so its round trips cost little, and an interactive task
+never waits behind one that woke at the same time. A task is told only when its class changes
+(its report carries the class BPF has for it).
+
+Round-trip mode (--round-trip) makes every decision here, as follows.
+
 Derived from scx_rustland's policy, adapted to deciding one task at a time (the BPF core orders
 the DSQ by our deadline, so no task pool is kept in Python):
 
@@ -51,6 +62,7 @@ from scxctl.pyland.policy import (
     PYLAND_CPU_ANY,
     SCX_ENQ_WAKEUP,
     Decision,
+    Params,
     Policy,
     PolicyOptions,
     Task,
@@ -61,6 +73,8 @@ _SLOT_MASK = BURST_SLOTS - 1
 BURST_CAP_BUDGETS = 5  # the deadline penalty grows up to 5 budgets (100 ms by default)
 CHARGE_CAP_BUDGETS = 2  # one record charges at most 2 budgets (a placed task's come once a budget)
 BOOST_BUDGET_DIVISOR = 4  # bursts averaging at most budget / 4 (5 ms by default) are "short"
+INTERACTIVE = 0  # steer mode's classes: short bursts, placed by BPF at once
+BATCH = 1  # long bursts: wake-ups decided here
 
 
 class _Burst:
@@ -74,6 +88,14 @@ class _Burst:
         self.run = 0  # CPU time since the last wake-up, from the segments counted
         self.avg = -1  # moving average of completed bursts (ns, halved each time); -1: unknown
         self.vtime = 0  # the vruntime last decided, should that decision never reach the task
+
+    def take(self, pid: int) -> None:
+        """The entry now tracks `pid`, a task it knows nothing of."""
+        self.pid = pid
+        self.last_stop = 0
+        self.run = 0
+        self.avg = -1
+        self.vtime = 0
 
 
 class DeadlinePolicy(Policy):
@@ -91,6 +113,7 @@ class DeadlinePolicy(Policy):
         "_vnow",
         "nr_boosted",
         "nr_clamped",
+        "nr_reclassified",
         "nr_slot_takeovers",
         "nr_throttled",
     )
@@ -110,11 +133,46 @@ class DeadlinePolicy(Policy):
         self._nr_cpus = options.nr_cpus
         self.nr_boosted = 0
         self.nr_clamped = 0
+        self.nr_reclassified = 0
         self.nr_slot_takeovers = 0
         self.nr_throttled = 0
 
+    def _entry(self, pid: int) -> _Burst:
+        b = self._bursts[pid & _SLOT_MASK]
+        if b.pid != pid:
+            b.take(pid)
+            self.nr_slot_takeovers += 1
+        return b
+
+    def class_params(self) -> dict[int, Params]:
+        return {INTERACTIVE: Params(), BATCH: Params(sync=True)}
+
+    def observe(self, task: Task, params: Params) -> bool:
+        b = self._entry(task.pid)
+        n = task.nr_wakeups
+        if n:
+            burst = task.run_ns // n
+            b.avg = burst if b.avg < 0 else (b.avg + burst) >> 1
+        longest = task.exec_runtime if task.exec_runtime > b.avg else b.avg
+        cls = BATCH if longest > self._boost_ns else INTERACTIVE
+        if cls == task.class_id:  # the report says what BPF has now
+            return False
+        params.class_id = cls
+        self.nr_reclassified += 1
+        return True
+
     def decide(self, task: Task, decision: Decision) -> None:
         pid = task.pid
+        if task.deadline:
+            # steer mode, a batch task's wake-up: BPF's deadline, on the scale of every task it places
+            decision.pid = pid
+            decision.cpu = task.cpu if task.nr_cpus_allowed == 1 else PYLAND_CPU_ANY
+            decision.preempt = decision.direct_wake = False
+            decision.slice_ns = 0
+            decision.deadline = task.deadline
+            decision.vtime = task.vtime
+            decision.enq_cnt = task.enq_cnt
+            return
         w = task.weight
         if w <= 0:
             w = NICE0_WEIGHT
@@ -122,14 +180,7 @@ class DeadlinePolicy(Policy):
 
         # The run segment that ended at stop_ts, for the burst history: counted once even when
         # the task is enqueued again without having run (dequeue/re-enqueue).
-        b = self._bursts[pid & _SLOT_MASK]
-        if b.pid != pid:
-            b.pid = pid
-            b.last_stop = 0
-            b.run = 0
-            b.avg = -1
-            b.vtime = 0
-            self.nr_slot_takeovers += 1
+        b = self._entry(pid)
         stop = task.stop_ts
         seg = stop - task.start_ts
         if stop == b.last_stop or seg < 0:
@@ -216,4 +267,5 @@ class DeadlinePolicy(Policy):
             "clamped": self.nr_clamped,
             "burst_slot_takeovers": self.nr_slot_takeovers,
             "throttled": self.nr_throttled,
+            "reclassified": self.nr_reclassified,
         }

@@ -1,10 +1,14 @@
-"""The "fifo" policy: tasks run in arrival order; a baseline to compare "deadline" against."""
+"""The "fifo" policy: tasks run in arrival order; a baseline to compare "deadline" against.
+
+Steer mode: one class for every task, ordered by arrival (the global vruntime when it is queued),
+one weight for all, no wake-up ever decided here. Round-trip mode: decide() numbers the arrivals.
+"""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from scxctl.pyland.policy import PYLAND_CPU_ANY, Decision, Policy, PolicyOptions, Task
+from scxctl.pyland.policy import NICE0_WEIGHT, PYLAND_CPU_ANY, Decision, Params, Policy, PolicyOptions, Task
 
 
 class FifoPolicy(Policy):
@@ -21,6 +25,9 @@ class FifoPolicy(Policy):
     def __init__(self, options: PolicyOptions) -> None:
         super().__init__(options)
         self._seq = 0
+
+    def class_params(self) -> dict[int, Params]:
+        return {0: Params(fifo=True, weight=NICE0_WEIGHT)}
 
     def decide(self, task: Task, decision: Decision) -> None:
         seq = self._seq + 1

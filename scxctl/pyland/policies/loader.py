@@ -20,14 +20,17 @@ from scxctl.pyland.policies import BUILTIN_POLICIES
 from scxctl.pyland.policy import (
     NSEC_PER_MSEC,
     NSEC_PER_USEC,
+    PARAMS_FIELDS,
     PYLAND_CPU_ANY,
     SCX_ENQ_WAKEUP,
     U64_MAX,
     Decision,
+    Params,
     Policy,
     PolicyOptions,
     Task,
 )
+from scxctl.pyland.records import REC_REPORT
 
 log = get_logger("scxctl.pyland.policy")
 
@@ -218,6 +221,48 @@ def validate_decide(policy: Policy, options: PolicyOptions, label: str, path: st
             raise _fail(label, f"decide() {problem} (validation task {task.comm_text})")
 
 
+def check_params(params: object) -> str | None:
+    """What is wrong with a Params (types only: BPF clamps values out of range), or None."""
+    if not isinstance(params, Params):
+        return f"gave {params!r}; it must be a Params"
+    for field in PARAMS_FIELDS:
+        value = getattr(params, field, None)
+        if field in ("own", "sync", "fifo"):
+            if type(value) is not bool:
+                return f"set Params.{field} to {value!r}; it must be True or False"
+        elif not _is_int(value):
+            return f"set Params.{field} to {value!r} ({type(value).__name__}); it must be an int"
+    return None
+
+
+def validate_steering(policy: Policy, label: str, path: str | None = None) -> None:
+    """Run class_params() and observe() (on the validation tasks as reports); a one-line usage
+    error on the first problem."""
+    try:
+        classes = policy.class_params()
+    except (Exception, SystemExit) as exc:
+        raise _fail(label, f"class_params() raised {_describe(exc, path)}") from None
+    if not isinstance(classes, dict):
+        raise _fail(label, f"class_params() returned {classes!r}; it must be a dict of class id to Params")
+    for class_id, params in classes.items():
+        problem = "has a key that is not an int" if not _is_int(class_id) else check_params(params)
+        if problem is not None:
+            raise _fail(label, f"class_params() {problem} (class {class_id!r})")
+    for task in validation_tasks(policy.options):
+        task.kind = REC_REPORT
+        task.nr_wakeups = 3 if task.flags & SCX_ENQ_WAKEUP else 0
+        params = Params()
+        try:
+            changed = policy.observe(task, params)
+        except (Exception, SystemExit) as exc:
+            raise _fail(label, f"observe() raised {_describe(exc, path)} on a validation task") from None
+        if type(changed) is not bool:
+            raise _fail(label, f"observe() returned {changed!r}; it must return True or False")
+        problem = check_params(params)
+        if problem is not None:
+            raise _fail(label, f"observe() {problem} (validation task {task.comm_text})")
+
+
 def load_policy(spec: str, options: PolicyOptions) -> Policy:
     """A built-in policy by name or the policy defined in FILE.py, constructed and validated before
     any attach; every failure is a ScxctlError(ExitCode.USAGE) with a one-line message.
@@ -242,6 +287,8 @@ def load_policy(spec: str, options: PolicyOptions) -> Policy:
     if not isinstance(cls.name, str) or not cls.name:
         raise _fail(label, f"{cls.__name__}.name must be a non-empty string")
     validate_decide(_construct(cls, options, label, path), options, label, path)
+    if cls.steers():
+        validate_steering(_construct(cls, options, label, path), label, path)
     policy = _construct(cls, options, label, path)
     log.debug("policy loaded", policy=cls.name, spec=spec, cls=cls.__qualname__)
     return policy

@@ -1,0 +1,292 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Steer mode, a part of pyland.bpf.c (included once, after its maps and helpers): the policy steers,
+ * BPF carries out. The policy sets parameters per task or per class (struct pyland_params, through
+ * pyland_update records); BPF applies them on every wake-up and enqueue without waiting:
+ *
+ *   vruntime   CPU time x 100 / weight, charged in ops.stopping
+ *   deadline   vruntime + slice x 100 / weight + the policy's offset; a waking task's vruntime is
+ *              first raised to at most lag_ns behind vruntime_now, so sleeping buys bounded credit
+ *   placement  an idle CPU in select_cpu (the preferred one first), else the per-CPU (pinned) or
+ *              shared DSQ in deadline order, and a wake-up whose deadline beats the running task's
+ *              preempts it, at most once per preempt_gap_ns per CPU
+ *
+ * Only the wake-ups of tasks whose parameters say PYLAND_PARAM_SYNC wait for decide(). What tasks
+ * do goes to the policy in the `reports` ring, at most once per report_ns per task, without waking
+ * the loop: it reads them at its own pace.
+ */
+#ifndef __PYLAND_STEER_BPF_H
+#define __PYLAND_STEER_BPF_H
+
+#define NICE0_WEIGHT		100
+#define MAX_WEIGHT		10000
+#define MIN_PARAM_SLICE_NS	(50ULL * 1000)		/* a shorter slice would mostly be switch cost */
+#define MAX_PARAM_LAG_NS	(1000LL * 1000 * 1000)	/* offsets beyond 1 s only starve or rescue */
+
+/* the task's parameters: its own, or its class's; NULL only if the class map failed (defaults) */
+static __always_inline const struct pyland_params *task_params(struct task_ctx *tctx)
+{
+	u32 key = tctx->class_id;
+
+	if (tctx->own_params)
+		return &tctx->params;
+	return bpf_map_lookup_elem(&classes, &key);
+}
+
+static __always_inline u64 params_weight(const struct pyland_params *pp, const struct task_struct *p)
+{
+	if (pp && pp->weight)
+		return pp->weight;
+	return p->scx.weight ?: NICE0_WEIGHT;
+}
+
+static __always_inline u64 params_slice(const struct pyland_params *pp)
+{
+	return pp && pp->slice_ns ? pp->slice_ns : cfg.slice_ns;
+}
+
+/*
+ * The deadline the DSQs order the task by. The floor on vruntime is EEVDF's bound on lag: a task
+ * that slept long comes back lag_ns behind the running tasks, not as far behind as it slept.
+ * Signed differences: the values wrap, and vruntime_now starts at 0.
+ */
+static __always_inline u64 steer_deadline(struct task_struct *p, struct task_ctx *tctx,
+					  const struct pyland_params *pp)
+{
+	u64 floor = shared.vruntime_now - cfg.lag_ns, start, deadline;
+
+	if ((s64)(tctx->vruntime - floor) < 0)
+		tctx->vruntime = floor;
+	/* FIFO: queued as of now on the vruntime scale, so arrivals keep their order */
+	start = pp && (pp->flags & PYLAND_PARAM_FIFO) ? shared.vruntime_now : tctx->vruntime;
+	deadline = start + params_slice(pp) * NICE0_WEIGHT / params_weight(pp, p) + (pp ? pp->lag_ns : 0);
+	return deadline ?: 1;	/* 0 tells decide() "round-trip mode" (pyland_task.deadline) */
+}
+
+/* ops.stopping: charge the run to the task's vruntime */
+static __always_inline void steer_charge(struct task_struct *p, struct task_ctx *tctx, u64 ran_ns)
+{
+	tctx->vruntime += ran_ns * NICE0_WEIGHT / params_weight(task_params(tctx), p);
+}
+
+/* ops.running: the largest vruntime on a CPU, which waking tasks are measured against (racy max) */
+static __always_inline void steer_running(struct task_ctx *tctx)
+{
+	if ((s64)(tctx->vruntime - shared.vruntime_now) > 0)
+		shared.vruntime_now = tctx->vruntime;
+}
+
+/* the preferred CPU, claimed, if it is idle and the task may run there; -1 otherwise */
+static __always_inline s32 preferred_idle_cpu(struct task_struct *p, const struct pyland_params *pp)
+{
+	s32 cpu;
+
+	if (!pp || !(pp->flags & PYLAND_PARAM_CPU))
+		return -1;
+	cpu = pp->cpu;
+	if (cpu < 0 || cpu >= MAX_CPUS || !bpf_cpumask_test_cpu(cpu, p->cpus_ptr) || !pyl_claim_idle_cpu(cpu))
+		return -1;
+	return cpu;
+}
+
+/* ops.select_cpu: an idle CPU, the preferred one first, gets the waking task at once */
+static __always_inline s32 steer_select_cpu(struct task_struct *p, struct task_ctx *tctx, s32 prev_cpu,
+					    u64 wake_flags)
+{
+	const struct pyland_params *pp = task_params(tctx);
+	bool is_idle = false;
+	s32 cpu = preferred_idle_cpu(p, pp);
+
+	if (cpu >= 0) {
+		is_idle = true;
+		__sync_fetch_and_add(&shared.nr_pref_cpu, 1);
+	} else {
+		cpu = pyl_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
+	}
+	if (is_idle) {
+		tctx->deadline = steer_deadline(p, tctx, pp);	/* what a wake-up must beat to preempt it */
+		pyl_dsq_insert(p, SCX_DSQ_LOCAL, params_slice(pp), 0);
+		__sync_fetch_and_add(&shared.nr_direct, 1);
+	}
+	return cpu;
+}
+
+/*
+ * Does the waking task preempt the task running on `cpu`? Only one of ours with a later deadline
+ * (the scheduler, kernel threads and idle CPUs have none: running_deadline 0), and only if no
+ * wake-up preempted that CPU within preempt_gap_ns. The gap bounds the preemptions a CPU takes,
+ * whatever the wake-up rate: under overload nearly every waker has the earlier deadline, and
+ * preempting for each was the context-switch storm that made scx_bpfland give the feature up.
+ */
+static __always_inline bool wake_preempts(struct task_struct *p, struct task_ctx *tctx, s32 cpu, u64 now)
+{
+	struct cpu_ctx *cctx;
+
+	if (!cfg.preempt_gap_ns || cpu < 0 || cpu >= MAX_CPUS || !bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+		return false;
+	cctx = lookup_cpu_ctx(cpu);
+	if (!cctx || !cctx->running_deadline || (s64)(tctx->deadline - cctx->running_deadline) >= 0)
+		return false;
+	if (now - cctx->preempted_at < cfg.preempt_gap_ns) {
+		__sync_fetch_and_add(&shared.nr_preempt_gated, 1);
+		return false;
+	}
+	cctx->preempted_at = now;
+	__sync_fetch_and_add(&shared.nr_wake_preempts, 1);
+	return true;
+}
+
+/* a DSQ insert nobody may notice: wake an idle CPU that can take it (no kicks: the kernel's own) */
+static __always_inline void kick_for(struct task_struct *p, s32 cpu, bool pinned)
+{
+	s32 idle;
+
+	if (!pyl_can_kick())
+		return;
+	if (pinned) {
+		pyl_kick_cpu(cpu, SCX_KICK_IDLE);
+		return;
+	}
+	idle = pyl_pick_idle_cpu(p->cpus_ptr, 0);
+	if (idle >= 0)
+		pyl_kick_cpu(idle, SCX_KICK_IDLE);
+}
+
+/* the task into its CPU's DSQ (pinned) or the shared one, in deadline order, its slice from its params */
+static void steer_place(struct task_struct *p, struct task_ctx *tctx, const struct pyland_params *pp,
+			u64 enq_flags, u64 now)
+{
+	s32 cpu = scx_bpf_task_cpu(p);
+	bool pinned = p->nr_cpus_allowed == 1 || migration_disabled(p);
+	u64 slice = params_slice(pp);
+
+	__sync_fetch_and_add(&shared.nr_steered, 1);
+	tctx->dsq_at = now;
+	if (!(enq_flags & SCX_ENQ_WAKEUP) || !wake_preempts(p, tctx, cpu, now)) {
+		insert_ordered(p, pinned ? cpu_dsq(cpu) : shared_dsq(), slice, tctx->deadline, enq_flags);
+		kick_for(p, cpu, pinned);
+		return;
+	}
+	if (!pyl_custom_dsqs()) {
+		/* built-in FIFO DSQs and no kicks: first in its CPU's local DSQ, preempting what runs */
+		pyl_dsq_insert(p, SCX_DSQ_LOCAL_ON | cpu, slice, enq_flags | SCX_ENQ_HEAD | SCX_ENQ_PREEMPT);
+		return;
+	}
+	/* the kicked CPU's dispatch takes the earliest deadline of its DSQ and the shared one: this task */
+	insert_ordered(p, pinned ? cpu_dsq(cpu) : shared_dsq(), slice, tctx->deadline, enq_flags);
+	pyl_kick_cpu(cpu, SCX_KICK_PREEMPT);
+}
+
+/* ops.enqueue in steer mode: placed at once, unless its params send its wake-ups to decide() */
+static void steer_enqueue(struct task_struct *p, struct task_ctx *tctx, u64 enq_flags)
+{
+	const struct pyland_params *pp = task_params(tctx);
+	u64 now = pyl_now();
+
+	tctx->deadline = steer_deadline(p, tctx, pp);
+	if ((enq_flags & SCX_ENQ_WAKEUP) && pp && (pp->flags & PYLAND_PARAM_SYNC)) {
+		__sync_fetch_and_add(&shared.nr_sync, 1);
+		/* the record carries the deadline: decide() may keep it, on the scale of every other */
+		if (send_to_policy(p, tctx, enq_flags, false, now))
+			return;
+	}
+	steer_place(p, tctx, pp, enq_flags, now);
+}
+
+/*
+ * What the task did since its last record, for observe(): at most once per report_ns, from
+ * ops.stopping and ops.tick (a task that never stops still reports). Submitted without waking the
+ * loop, and not counted as work for it: a report must never cut a running task's slice.
+ */
+static void steer_report(struct task_struct *p, struct task_ctx *tctx, u64 now)
+{
+	struct pyland_task *rec;
+
+	if (now - tctx->record_at < cfg.report_ns)
+		return;
+	rec = bpf_ringbuf_reserve(&reports, sizeof(*rec), 0);
+	if (!rec) {
+		tctx->record_at = now;	/* the counters go on: the next report carries them */
+		__sync_fetch_and_add(&shared.nr_report_drops, 1);
+		return;
+	}
+	fill_record(rec, p, tctx, 0, PYLAND_REC_REPORT, true, now);
+	bpf_ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
+	__sync_fetch_and_add(&shared.nr_reports, 1);
+}
+
+/* an update's parameters brought into range; true when something had to be */
+static __always_inline bool clamp_params(struct pyland_params *pp)
+{
+	bool clamped = false;
+
+	if (pp->slice_ns && pp->slice_ns < MIN_PARAM_SLICE_NS) {
+		pp->slice_ns = MIN_PARAM_SLICE_NS;
+		clamped = true;
+	} else if (pp->slice_ns > cfg.max_slice_ns) {
+		pp->slice_ns = cfg.max_slice_ns;
+		clamped = true;
+	}
+	if (pp->weight > MAX_WEIGHT) {
+		pp->weight = MAX_WEIGHT;
+		clamped = true;
+	}
+	if (pp->lag_ns > MAX_PARAM_LAG_NS || pp->lag_ns < -MAX_PARAM_LAG_NS) {
+		pp->lag_ns = pp->lag_ns > 0 ? MAX_PARAM_LAG_NS : -MAX_PARAM_LAG_NS;
+		clamped = true;
+	}
+	if ((pp->flags & PYLAND_PARAM_CPU) && (pp->cpu < 0 || pp->cpu >= (s32)scx_bpf_nr_cpu_ids())) {
+		pp->flags &= ~PYLAND_PARAM_CPU;
+		clamped = true;
+	}
+	if (pp->flags & ~PYLAND_PARAM_FLAGS) {
+		pp->flags &= PYLAND_PARAM_FLAGS;
+		clamped = true;
+	}
+	return clamped;
+}
+
+/*
+ * Apply one pyland_update (from the drain in ops.dispatch). Readers on other CPUs may see a class's
+ * or a task's parameters half written for one enqueue: each value is valid on its own, so that
+ * enqueue is only placed by a mix of the old and the new.
+ */
+static void apply_update(const struct pyland_update *u)
+{
+	struct pyland_params params = u->params;
+	bool clamped = clamp_params(&params);
+	u32 class_id = u->class_id;
+	struct pyland_params *cls;
+	struct task_struct *p;
+	struct task_ctx *tctx;
+
+	if (class_id >= PYLAND_NR_CLASSES) {
+		class_id = 0;
+		clamped = true;
+	}
+	if (clamped)
+		__sync_fetch_and_add(&shared.nr_param_clamped, 1);
+	if (u->pid == 0) {
+		cls = bpf_map_lookup_elem(&classes, &class_id);
+		if (cls)
+			*cls = params;
+		__sync_fetch_and_add(&shared.nr_updates, 1);
+		return;
+	}
+	p = bpf_task_from_pid(u->pid);
+	if (!p) {
+		__sync_fetch_and_add(&shared.nr_missing, 1);
+		return;
+	}
+	tctx = lookup_task_ctx(p);
+	if (tctx) {
+		tctx->class_id = class_id;
+		tctx->own_params = u->own;
+		if (u->own)
+			tctx->params = params;
+		__sync_fetch_and_add(&shared.nr_updates, 1);
+	}
+	bpf_task_release(p);
+}
+
+#endif /* __PYLAND_STEER_BPF_H */

@@ -1,0 +1,198 @@
+"""pyland's steer mode on a real sched_ext kernel (QEMU guest), one boot for the module.
+
+- wake-up preemption: cyclictest's periodic wakers (SCHED_OTHER) beside two CPU hogs; their p99
+  latency stays below one BPF slice, and the counter of the preemption path moved;
+- a parameter reaches BPF and changes placement: a policy gives two sleepers preferred CPUs, each
+  the CPU it was NOT running on, and they move there (nr_pref_cpu);
+- out-of-range parameters are clamped by BPF and counted, with one warning line;
+- a policy stuck in observe() is detached by the watchdog like one stuck in decide().
+
+The default scheduler runs the same waker load first in the same boot, for the figures printed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from guest_files import SCENARIO_PRELUDE, json_lines, read
+
+from scxctl.bench.parsers import cyclictest
+from scxctl.pyland.policy import DEFAULT_MIN_SLICE_NS, NSEC_PER_USEC
+
+pytestmark = pytest.mark.vm
+
+POLICIES = Path(__file__).resolve().parent / "policies"
+WAKER = "cyclictest -t 2 -i 1000 -D 6 -q -m -h 20000"
+
+SCENARIO = SCENARIO_PRELUDE + rf"""
+RUN="scxctl --log-format json run --stats-interval 1"
+hogs() {{ stress-ng --cpu 2 --timeout 60 >/dev/null 2>&1 & }}
+
+# 1. periodic wakers beside two hogs: the default scheduler, then pyland
+hogs; h=$!; sleep 2
+{WAKER} >"$R/waker-default.txt" 2>&1
+kill $h; wait $h
+$RUN >"$R/waker.log" 2>&1 &
+pid=$!
+wait_state enabled 120; echo $? >"$R/waker.attach.rc"
+hogs; h=$!; sleep 2   # the policy's reports classify the hogs
+{WAKER} >"$R/waker-pyland.txt" 2>&1
+kill $h; wait $h
+kill -TERM $pid; wait $pid; echo $? >"$R/waker.rc"
+wait_state disabled 30
+
+# 2. preferred CPUs, 3. out-of-range parameters: the prefer policy
+cat >/tmp/sleeper.py <<'PY'
+import ctypes, os, sys, time
+name, start_cpu, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+open("/proc/self/comm", "w").write(name)
+libc = ctypes.CDLL(None)
+os.sched_setaffinity(0, {{start_cpu}})  # start on the CPU it is not to prefer ...
+for _ in range(200):
+    time.sleep(0.002)
+os.sched_setaffinity(0, {{0, 1}})  # ... then free to go anywhere
+counts = [0, 0]
+end = time.monotonic() + seconds
+warm = time.monotonic() + 1.0  # its first report and the update reach BPF meanwhile
+while time.monotonic() < end:
+    time.sleep(0.002)
+    if time.monotonic() > warm:
+        counts[libc.sched_getcpu()] += 1
+print(counts[0], counts[1])
+PY
+$RUN --policy /tmp/test-policies/prefer.py >"$R/prefer.log" 2>&1 &
+pid=$!
+wait_state enabled 120; echo $? >"$R/prefer.attach.rc"
+python3 /tmp/sleeper.py scxpref1 0 4 >"$R/pref1.txt" 2>&1 &
+a=$!
+python3 /tmp/sleeper.py scxpref0 1 4 >"$R/pref0.txt" 2>&1 &
+b=$!
+python3 -c 'import time; open("/proc/self/comm", "w").write("scxclamp")
+for _ in range(300): time.sleep(0.01)' &
+c=$!
+wait $a $b $c
+kill -TERM $pid; wait $pid; echo $? >"$R/prefer.rc"
+wait_state disabled 30
+# the same sleepers under the default scheduler: they stay where they started
+python3 /tmp/sleeper.py scxpref1 0 4 >"$R/pref1-default.txt" 2>&1 &
+a=$!
+python3 /tmp/sleeper.py scxpref0 1 4 >"$R/pref0-default.txt" 2>&1
+wait $a
+
+# 4. stuck in observe(): the watchdog detaches within its budget
+export ARM_FILE=/tmp/arm
+rm -f $ARM_FILE
+PYLAND_TEST_MODE=stuck STUCK_FILE=$R/stuck.at $RUN --policy /tmp/test-policies/misbehave.py \
+    >"$R/stuck.log" 2>&1 &
+pid=$!
+wait_state enabled 120; echo $? >"$R/stuck.attach.rc"
+stress-ng --cpu 2 --sleep 2 --timeout 15 >/dev/null 2>&1 &
+s=$!
+sleep 2; touch $ARM_FILE
+wait $pid; echo $? >"$R/stuck.rc"
+wait $s
+echo "state=$(state)" >"$R/stuck.after"
+exit 0
+"""
+
+PREFER = """
+from scxctl.pyland.policies.deadline import DeadlinePolicy
+from scxctl.pyland.policy import Params
+
+NAMES = {b"scxpref0".ljust(16, b"\\0"): 2, b"scxpref1".ljust(16, b"\\0"): 3}
+CLAMP = b"scxclamp".ljust(16, b"\\0")
+
+
+class Prefer(DeadlinePolicy):
+    name = "prefer"
+
+    def class_params(self):
+        return {**super().class_params(), 2: Params(cpu=0), 3: Params(cpu=1)}
+
+    def observe(self, task, params):
+        if task.comm == CLAMP:
+            params.own = True
+            params.weight, params.slice_ns, params.lag_ns = 50_000, 10**12, 10**13
+            return True
+        cls = NAMES.get(task.comm)
+        if cls is None:
+            return super().observe(task, params)
+        if task.class_id == cls:
+            return False
+        params.class_id = cls
+        return True
+"""
+
+
+@pytest.fixture(scope="module")
+def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("steer")
+    script = tmp / "scenario.sh"
+    script.write_text(SCENARIO)
+    policies = tmp / "policies"
+    policies.mkdir()
+    (policies / "prefer.py").write_text(PREFER)
+    (policies / "misbehave.py").write_text((POLICIES / "misbehave.py").read_text())
+    res = vm.run("bash /tmp/steer_scenario.sh", timeout=1200, cpus=2, mem="2G",
+                 copy=[(str(script), "/tmp/steer_scenario.sh"), (str(policies), "/tmp/test-policies")],
+                 single_on_last_retry=False)
+    assert res.returncode == 0, f"guest run failed ({res.message}): {res.output[-3000:]}"
+    return res.results
+
+
+def stats(log: str) -> list[dict[str, Any]]:
+    return [e for e in json_lines(log) if e.get("event") == "pyland stats"]
+
+
+def p99s(text: str) -> list[float]:
+    by_name = {m.name: m.value for m in cyclictest(text)}
+    return [by_name[f"cyclictest.T{t}.p99_us"] for t in (0, 1) if f"cyclictest.T{t}.p99_us" in by_name]
+
+
+def test_periodic_wakers_beside_hogs_preempt_within_a_slice(guest: Path) -> None:
+    assert read(guest, "waker.attach.rc").strip() == "0", read(guest, "waker.log")[-2000:]
+    default, pyland = p99s(read(guest, "waker-default.txt")), p99s(read(guest, "waker-pyland.txt"))
+    print(f"\ncyclictest beside 2 hogs, p99 per thread: default {default} us, pyland {pyland} us")
+    slice_us = DEFAULT_MIN_SLICE_NS / NSEC_PER_USEC
+    assert len(pyland) == 2 and max(pyland) < slice_us, read(guest, "waker-pyland.txt")[-1500:]
+    lines = stats(read(guest, "waker.log"))
+    preempts = [s["nr_wake_preempts"] for s in lines]
+    assert preempts and preempts[-1] > 1000, preempts  # 6 s of two 1 kHz wakers, hogs beside them
+    assert lines[-1]["nr_preempt_gated"] >= 0 and lines[-1]["policy_reclassified"] > 0
+    assert read(guest, "waker.rc").strip() == "0"
+
+
+def _counts(guest: Path, name: str) -> tuple[int, int]:
+    c0, c1 = (int(x) for x in read(guest, name).split())
+    return c0, c1
+
+
+def test_a_preferred_cpu_moves_the_task_there(guest: Path) -> None:
+    assert read(guest, "prefer.attach.rc").strip() == "0", read(guest, "prefer.log")[-2000:]
+    on0 = _counts(guest, "pref0.txt")  # prefers CPU 0, started on CPU 1
+    on1 = _counts(guest, "pref1.txt")  # prefers CPU 1, started on CPU 0
+    d0, d1 = _counts(guest, "pref0-default.txt"), _counts(guest, "pref1-default.txt")
+    print(f"\nwake-ups on CPU 0/1: scxpref0 {on0} (default {d0}), scxpref1 {on1} (default {d1})")
+    assert on0[0] >= 0.8 * sum(on0), on0
+    assert on1[1] >= 0.8 * sum(on1), on1
+    last = stats(read(guest, "prefer.log"))[-1]
+    assert last["nr_pref_cpu"] > 0 and last["nr_updates"] >= 2
+    assert read(guest, "prefer.rc").strip() == "0"
+
+
+def test_out_of_range_parameters_are_clamped_counted_and_said_once(guest: Path) -> None:
+    events = json_lines(read(guest, "prefer.log"))
+    warned = [e for e in events if "out of range" in e.get("event", "")]
+    assert len(warned) == 1, warned
+    assert stats(read(guest, "prefer.log"))[-1]["nr_param_clamped"] >= 1
+
+
+def test_a_policy_stuck_in_observe_is_detached(guest: Path) -> None:
+    log = read(guest, "stuck.log")
+    assert read(guest, "stuck.attach.rc").strip() == "0", log[-2000:]
+    assert read(guest, "stuck.rc").strip() == "1", log[-2000:]
+    errors = [ln for ln in log.splitlines() if ln.startswith("scxctl: error:")]
+    assert len(errors) == 1 and "policy misbehave did not return from observe() within 100 ms" in errors[0]
+    assert read(guest, "stuck.after").strip() == "state=disabled"
