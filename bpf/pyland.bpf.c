@@ -148,6 +148,8 @@ struct cpu_ctx {
 	bool usersched_queued;	/* built-in DSQs: the scheduler waits in this CPU's local DSQ */
 	u64 rescue_scan_at;	/* last starvation scan of this CPU's DSQ (see rescue_starved) */
 	u64 preempted_at;	/* steer: when a wake-up last preempted this CPU */
+	u64 running_awake;	/* steer: CPU time the running task had used since its wake-up ... */
+	u64 running_at;		/* ... when it started running here */
 };
 
 struct {
@@ -1006,7 +1008,8 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 	 * gets its turn first -- under a constant stream of work "pending" is always true, and tasks
 	 * placed on this CPU would otherwise starve behind the scheduler until the watchdog fires.
 	 */
-	if (!after_usersched && usersched_has_pending() && pyl_dsq_move_to_local(SCHED_DSQ))
+	if (!after_usersched && (usersched_has_pending() || reports_due(now)) &&
+	    pyl_dsq_move_to_local(SCHED_DSQ))
 		return;
 	/*
 	 * R3 (3), (4): this CPU's DSQ and the shared DSQ, the earlier deadline first. Taken from, or
@@ -1068,8 +1071,11 @@ void BPF_STRUCT_OPS(pyland_running, struct task_struct *p)
 		return;
 	tctx->start_ts = pyl_now();
 	tctx->bw_charged_exec = p->se.sum_exec_runtime;
-	if (cctx && !is_critical_kthread(p))
+	if (cctx && !is_critical_kthread(p)) {
 		cctx->running_deadline = tctx->deadline;
+		cctx->running_awake = tctx->exec_runtime;
+		cctx->running_at = tctx->start_ts;
+	}
 	if (cfg.steer) {
 		steer_running(tctx);
 		return;
@@ -1148,7 +1154,7 @@ void BPF_STRUCT_OPS(pyland_tick, struct task_struct *p)
 	 * CPU goes through ops.dispatch, which runs the scheduler first (built-in DSQs: the kernel
 	 * runs it next, from the head of the local DSQ).
 	 */
-	if (usersched_waits(scx_bpf_task_cpu(p)) && usersched_has_pending()) {
+	if (usersched_waits(scx_bpf_task_cpu(p)) && (usersched_has_pending() || reports_due(pyl_now()))) {
 		pyl_set_slice(p, 0);
 		if ((tctx = lookup_task_ctx(p)))
 			tctx->yielded = true;

@@ -9,7 +9,7 @@
  *              first raised to at most lag_ns behind vruntime_now, so sleeping buys bounded credit
  *   placement  an idle CPU in select_cpu (the preferred one first), else the per-CPU (pinned) or
  *              shared DSQ in deadline order, and a wake-up whose deadline beats the running task's
- *              preempts it, at most once per preempt_gap_ns per CPU
+ *              preempts it, gated against storms (wake_preempts)
  *
  * Only the wake-ups of tasks whose parameters say PYLAND_PARAM_SYNC wait for decide(). What tasks
  * do goes to the policy in the `reports` ring, at most once per report_ns per task, without waking
@@ -113,21 +113,25 @@ static __always_inline s32 steer_select_cpu(struct task_struct *p, struct task_c
 
 /*
  * Does the waking task preempt the task running on `cpu`? Only one of ours with a later deadline
- * (the scheduler, kernel threads and idle CPUs have none: running_deadline 0), and only if no
- * wake-up preempted that CPU within preempt_gap_ns. The gap bounds the preemptions a CPU takes,
- * whatever the wake-up rate: under overload nearly every waker has the earlier deadline, and
- * preempting for each was the context-switch storm that made scx_bpfland give the feature up.
+ * (the scheduler, kernel threads and idle CPUs have none: running_deadline 0), and not one that
+ * has itself been awake for less than preempt_gap_ns on a CPU preempted within preempt_gap_ns.
+ * That gate stops the storm that made scx_bpfland give the feature up: under overload nearly every
+ * waker has the earlier deadline, and each would preempt the last, a context switch per wake-up;
+ * gated, a CPU takes about one such preemption per gap. A task that has run for a while since it
+ * woke (a CPU hog) is preempted by every earlier deadline: periodic wakers beside hogs run at once.
  */
 static __always_inline bool wake_preempts(struct task_struct *p, struct task_ctx *tctx, s32 cpu, u64 now)
 {
 	struct cpu_ctx *cctx;
+	u64 awake;
 
 	if (!cfg.preempt_gap_ns || cpu < 0 || cpu >= MAX_CPUS || !bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
 		return false;
 	cctx = lookup_cpu_ctx(cpu);
 	if (!cctx || !cctx->running_deadline || (s64)(tctx->deadline - cctx->running_deadline) >= 0)
 		return false;
-	if (now - cctx->preempted_at < cfg.preempt_gap_ns) {
+	awake = cctx->running_awake + (now - cctx->running_at);
+	if (awake < cfg.preempt_gap_ns && now - cctx->preempted_at < cfg.preempt_gap_ns) {
 		__sync_fetch_and_add(&shared.nr_preempt_gated, 1);
 		return false;
 	}
@@ -213,6 +217,18 @@ static void steer_report(struct task_struct *p, struct task_ctx *tctx, u64 now)
 	fill_record(rec, p, tctx, 0, PYLAND_REC_REPORT, true, now);
 	bpf_ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
 	__sync_fetch_and_add(&shared.nr_reports, 1);
+}
+
+/*
+ * Reports wait and the loop has not run for a report period: it gets a turn as if it had work.
+ * Reports are no work for it otherwise (they must not cut slices), and under CPU hogs on every CPU
+ * the loop would then run only when a CPU idles: the policy would never learn, and the kernel's
+ * watchdog would eject pyland for its own waiting thread.
+ */
+static __always_inline bool reports_due(u64 now)
+{
+	return cfg.steer && now - shared.usersched_last_run_at >= cfg.report_ns &&
+	       bpf_ringbuf_query(&reports, BPF_RB_AVAIL_DATA) > 0;
 }
 
 /* an update's parameters brought into range; true when something had to be */
