@@ -706,42 +706,97 @@ static __always_inline s32 any_cpu(struct task_struct *p, u64 *dsq)
 	return cpu;
 }
 
-/*
- * Apply one decision from user space. Called from bpf_user_ringbuf_drain() in ops.dispatch.
- * Returns 1 (stop draining) when this CPU has no dispatch slot left: a further insert would overflow
- * the dispatch buffer, which the kernel treats as a scheduler error.
- */
+/* what one drain in ops.dispatch did */
 struct drain_ctx {
 	u32 inserted;		/* decisions this drain put into the dispatch buffer */
 };
 
-static long apply_decision(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
+/*
+ * What a decision says of its task for later: its vtime and deadline (the BPF-side fallbacks
+ * reuse them), its slice (clamped to the budget: a longer one would hold a CPU past every
+ * deadline), and, for a wake-up's decision only, the direct wake-up grant (a decision for a
+ * preempted or slice-expired task must not withdraw it).
+ */
+static __always_inline void store_decision(struct task_ctx *tctx, const struct pyland_decision *d)
 {
-	const struct pyland_update *u;
-	const struct pyland_decision *d;
+	u64 slice = d->slice_ns ?: cfg.slice_ns;	/* R5 */
+
+	tctx->vtime = d->vtime;
+	tctx->deadline = d->deadline;
+	track_deadline_lead(d->deadline);
+	if (slice > cfg.max_slice_ns) {
+		slice = cfg.max_slice_ns;
+		__sync_fetch_and_add(&shared.nr_clamped, 1);
+	}
+	tctx->slice = slice;
+	if (d->enq_cnt == tctx->wake_gen)
+		tctx->direct_wake = d->flags & PYLAND_DECISION_DIRECT_WAKE;
+}
+
+/* the CPU a decision places its task on, and that CPU's DSQ (or the shared one) in *dsq */
+static __always_inline s32 decision_target(struct task_struct *p, const struct pyland_decision *d, u64 *dsq)
+{
+	s32 target = d->cpu;
+
+	if (target < PYLAND_CPU_ANY || target >= (s32)scx_bpf_nr_cpu_ids())
+		__sync_fetch_and_add(&shared.nr_malformed, 1);	/* then bounced below */
+	if (p->nr_cpus_allowed == 1) {
+		/* a pinned task can only run where it is; user space may not know that yet */
+		target = scx_bpf_task_cpu(p);
+		*dsq = cpu_dsq(target);
+		return target;
+	}
+	if (target == PYLAND_CPU_ANY) {
+		*dsq = shared_dsq();
+		return any_cpu(p, dsq);
+	}
+	/*
+	 * Into another CPU's local DSQ the kernel moves the task at once, and ejects the scheduler if
+	 * the task may not migrate; pyland's own DSQs are taken from only by a CPU the task can run on.
+	 */
+	if (target >= 0 && target < MAX_CPUS && bpf_cpumask_test_cpu(target, p->cpus_ptr) &&
+	    (pyl_custom_dsqs() || target == scx_bpf_task_cpu(p) || !migration_disabled(p))) {
+		*dsq = cpu_dsq(target);
+		return target;
+	}
+	__sync_fetch_and_add(&shared.nr_bounced, 1);
+	*dsq = shared_dsq();
+	return scx_bpf_task_cpu(p);
+}
+
+/*
+ * R4: a PREEMPT request is always honoured: no "ran for less than X" guard that would drop it
+ * without retry (one that dropped preemptions of tasks that ran under 100 us lost most fast
+ * wake-ups of a ping-pong). Without one, a deadline more than a slice earlier than the running
+ * task's still preempts it (deadline_passes_running); otherwise an idle target is woken.
+ */
+static __always_inline void kick_decided(const struct pyland_decision *d, s32 target)
+{
+	if (!pyl_can_kick() || target == bpf_get_smp_processor_id())
+		return;
+	if (d->flags & PYLAND_DECISION_PREEMPT) {
+		pyl_kick_cpu(target, SCX_KICK_PREEMPT);
+		__sync_fetch_and_add(&shared.nr_preempt_kicks, 1);
+	} else if (deadline_passes_running(target, d->deadline)) {
+		pyl_kick_cpu(target, SCX_KICK_PREEMPT);
+		__sync_fetch_and_add(&shared.nr_deadline_preempts, 1);
+	} else {
+		pyl_kick_cpu(target, SCX_KICK_IDLE);
+	}
+}
+
+/* Apply one decision: its task into the DSQ it names, unless the decision is stale or placed. */
+static void apply_decision(const struct pyland_decision *d, struct drain_ctx *dctx)
+{
 	struct task_struct *p;
 	struct task_ctx *tctx;
-	s32 this_cpu = bpf_get_smp_processor_id();
-	s32 target, slots;
-	u64 dsq, slice, enq_flags = 0;
-
-	/* an update is the longer record: it only changes what later enqueues are placed by */
-	u = bpf_dynptr_data(dynptr, 0, sizeof(*u));
-	if (u) {
-		apply_update(u);
-		return 0;
-	}
-	d = bpf_dynptr_data(dynptr, 0, sizeof(*d));
-	if (!d) {
-		/* shorter than a decision: nothing in it can be trusted, not even the pid */
-		__sync_fetch_and_add(&shared.nr_malformed, 1);
-		return 0;
-	}
+	u64 dsq, enq_flags = 0;
+	s32 target;
 
 	p = bpf_task_from_pid(d->pid);
 	if (!p) {
 		__sync_fetch_and_add(&shared.nr_missing, 1);
-		goto out;
+		return;
 	}
 	tctx = lookup_task_ctx(p);
 	if (!tctx || d->enq_cnt != tctx->enq_cnt) {
@@ -749,23 +804,7 @@ static long apply_decision(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 		__sync_fetch_and_add(&shared.nr_stale, 1);
 		goto release;
 	}
-
-	tctx->vtime = d->vtime;
-	tctx->deadline = d->deadline;
-	track_deadline_lead(d->deadline);
-	slice = d->slice_ns ?: cfg.slice_ns;	/* R5 */
-	if (slice > cfg.max_slice_ns) {
-		/* a policy's slice beyond its own budget would hold a CPU past every deadline */
-		slice = cfg.max_slice_ns;
-		__sync_fetch_and_add(&shared.nr_clamped, 1);
-	}
-	tctx->slice = slice;
-	/*
-	 * The grant follows the policy's answer to a wake-up only: it is about wake-ups, and a
-	 * decision for a preempted or slice-expired task must not withdraw it.
-	 */
-	if (d->enq_cnt == tctx->wake_gen)
-		tctx->direct_wake = d->flags & PYLAND_DECISION_DIRECT_WAKE;
+	store_decision(tctx, d);
 	if (tctx->direct_gen == d->enq_cnt) {
 		/* placed by BPF (a granted wake-up, a cut slice): only the vtime and grant change */
 		__sync_fetch_and_add(&shared.nr_wake_updates, 1);
@@ -782,39 +821,15 @@ static long apply_decision(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 			goto release;
 		}
 	}
-	target = d->cpu;
-	if (target < PYLAND_CPU_ANY || target >= (s32)scx_bpf_nr_cpu_ids())
-		__sync_fetch_and_add(&shared.nr_malformed, 1);	/* then bounced below */
-
-	if (p->nr_cpus_allowed == 1) {
-		/* a pinned task can only run where it is; user space may not know that yet */
-		target = scx_bpf_task_cpu(p);
-		dsq = cpu_dsq(target);
-	} else if (target == PYLAND_CPU_ANY) {
-		dsq = shared_dsq();
-		target = any_cpu(p, &dsq);
-	} else if (target >= 0 && target < MAX_CPUS && bpf_cpumask_test_cpu(target, p->cpus_ptr) &&
-		   (pyl_custom_dsqs() || target == scx_bpf_task_cpu(p) || !migration_disabled(p))) {
-		/*
-		 * Into another CPU's local DSQ the kernel moves the task at once, and ejects the
-		 * scheduler if the task may not migrate; pyland's own DSQs are taken from only by
-		 * a CPU the task can run on.
-		 */
-		dsq = cpu_dsq(target);
-	} else {
-		__sync_fetch_and_add(&shared.nr_bounced, 1);
-		dsq = shared_dsq();
-		target = scx_bpf_task_cpu(p);
-	}
-
+	target = decision_target(p, d, &dsq);
 	/*
-	 * Without kicks (built-in DSQs on every such kernel so far) an insert into another CPU's
-	 * local DSQ wakes that CPU if idle, and SCX_ENQ_PREEMPT ends its current task's slice: R4's
+	 * Without kicks (built-in DSQs on every such kernel so far) an insert into another CPU's local
+	 * DSQ wakes that CPU if idle, and SCX_ENQ_PREEMPT ends its current task's slice: R4's
 	 * preemption, where the task is placed on a CPU. Deadline preemption is left out: in a FIFO
 	 * DSQ the task would not be next, only the running task would lose its slice.
 	 */
-	if (!pyl_can_kick() && !pyl_custom_dsqs() && target != this_cpu && dsq != shared_dsq() &&
-	    (d->flags & PYLAND_DECISION_PREEMPT)) {
+	if (!pyl_can_kick() && !pyl_custom_dsqs() && target != bpf_get_smp_processor_id() &&
+	    dsq != shared_dsq() && (d->flags & PYLAND_DECISION_PREEMPT)) {
 		enq_flags = SCX_ENQ_PREEMPT;
 		__sync_fetch_and_add(&shared.nr_preempt_kicks, 1);
 	}
@@ -823,29 +838,36 @@ static long apply_decision(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 	 * drops this insert when the dispatch buffer is flushed: no double run.
 	 */
 	tctx->dsq_at = pyl_now();
-	insert_ordered(p, dsq, slice, d->deadline, enq_flags);
+	insert_ordered(p, dsq, tctx->slice, d->deadline, enq_flags);
 	dctx->inserted++;
 	__sync_fetch_and_add(&shared.nr_dispatched, 1);
-
-	/*
-	 * R4: a PREEMPT request is always honoured: no "ran for less than X" guard that would drop it
-	 * without retry (a "ran at least 100 us" guard lost most fast wake-ups of a ping-pong). The policy
-	 * asks for it on wake-ups of short-burst tasks.
-	 */
-	if (pyl_can_kick() && target != this_cpu) {
-		if (d->flags & PYLAND_DECISION_PREEMPT) {
-			pyl_kick_cpu(target, SCX_KICK_PREEMPT);
-			__sync_fetch_and_add(&shared.nr_preempt_kicks, 1);
-		} else if (deadline_passes_running(target, d->deadline)) {
-			pyl_kick_cpu(target, SCX_KICK_PREEMPT);
-			__sync_fetch_and_add(&shared.nr_deadline_preempts, 1);
-		} else {
-			pyl_kick_cpu(target, SCX_KICK_IDLE);
-		}
-	}
+	kick_decided(d, target);
 release:
 	bpf_task_release(p);
-out:
+}
+
+/*
+ * One record of the `dispatched` user ring (bpf_user_ringbuf_drain() in ops.dispatch): an update
+ * (the longer record) or a decision. Returns 1, stop draining, when this CPU has no dispatch slot
+ * left: a further insert would overflow the dispatch buffer, which the kernel treats as an error.
+ */
+static long drain_one(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
+{
+	const struct pyland_update *u = bpf_dynptr_data(dynptr, 0, sizeof(*u));
+	const struct pyland_decision *d;
+	s32 slots;
+
+	if (u) {	/* only changes what later enqueues are placed by: no slot used */
+		apply_update(u);
+		return 0;
+	}
+	d = bpf_dynptr_data(dynptr, 0, sizeof(*d));
+	if (!d) {
+		/* shorter than a decision: nothing in it can be trusted, not even the pid */
+		__sync_fetch_and_add(&shared.nr_malformed, 1);
+		return 0;
+	}
+	apply_decision(d, dctx);
 	slots = pyl_dispatch_nr_slots();
 	if (slots < 0)
 		return dctx->inserted < PYL_DISPATCH_BATCH ? 0 : 1;
@@ -930,57 +952,45 @@ static __always_inline bool shared_dsq_first(s32 cpu)
 	return (s64)(any - local) < 0;
 }
 
-void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
+/*
+ * R3 (1): finished decisions first. Running the scheduler before its decisions were applied makes
+ * it decide again while the tasks it already placed still wait (yielding without draining first
+ * made schtest adaptive_priority over a hundred times worse). Returns the tasks it inserted.
+ */
+static __always_inline u32 drain_decisions(void)
 {
-	bool after_usersched = prev && is_usersched(prev);
-	struct cpu_ctx *cctx = lookup_cpu_ctx(cpu);
 	struct drain_ctx dctx = {};
-	bool scanned = false;
-	int rescued = 0;
 	long drained;
-	u64 now;
 
-	/*
-	 * R3 (1): finished decisions first. Running the scheduler before its decisions were applied
-	 * makes it decide again while the tasks it already placed still wait (yielding without
-	 * draining first made schtest adaptive_priority over a hundred times worse).
-	 */
 	if (pyl_dispatch_nr_slots()) {	/* -1, unknown, is "some": nothing was inserted yet */
-		drained = bpf_user_ringbuf_drain(&dispatched, apply_decision, &dctx, 0);
+		drained = bpf_user_ringbuf_drain(&dispatched, drain_one, &dctx, 0);
 		if (drained == -EBUSY)
 			__sync_fetch_and_add(&shared.nr_drain_busy, 1);
 	}
+	return dctx.inserted;
+}
 
-	if (!pyl_custom_dsqs()) {
-		/*
-		 * Built-in DSQs: the kernel found this CPU's local DSQ and the global DSQ empty before
-		 * calling here, and takes what the drain put there itself; the scheduler is in a
-		 * local DSQ already. The previous task goes on only if the drain added nothing: its
-		 * slice left would make the kernel keep it ahead of what was just inserted.
-		 */
-		if (!dctx.inserted && prev && (prev->scx.flags & SCX_TASK_QUEUED) && !is_usersched(prev) &&
-		    !bw_task_throttled(prev))
-			pyl_set_slice(prev, cfg.slice_ns);
-		if (cctx)
-			cctx->served_at = pyl_now();	/* the kernel takes from the DSQs after this */
-		return;
-	}
+/*
+ * Nothing else wants this CPU: the previous task goes on, with the BPF slice (R5), instead of the
+ * kernel's 20 ms default refill and instead of a pointless round trip to Python.
+ */
+static __always_inline void keep_running(struct task_struct *prev)
+{
+	if (prev && (prev->scx.flags & SCX_TASK_QUEUED) && !is_usersched(prev) && !bw_task_throttled(prev))
+		pyl_set_slice(prev, cfg.slice_ns);
+}
 
-	/*
-	 * cpu.max: held tasks whose cgroups have budget again join the shared DSQ. Not gated on
-	 * bw_active(): when the last quota goes (cpu.max "max") nr_bw_cgroups is 0 while its tasks
-	 * are still held, and only this release frees them (it returns at once unless asked).
-	 */
-	if (pyl_cgroup_bw())
-		bw_release_held(bpf_ktime_get_ns());
+/*
+ * A task about to trip the watchdog goes before everything else (see rescue_starved). This CPU's
+ * DSQ has a period of its own: only this CPU can run its tasks (those pinned here), and with one
+ * period for the machine the CPUs that dispatch more often took most scans, so a pinned 10 ms
+ * sleeper waited 1.6 to 4 s instead of starve_ns. True when a task was rescued onto this CPU.
+ */
+static __always_inline bool rescue_due(s32 cpu, struct cpu_ctx *cctx, u64 now)
+{
+	bool scanned = false;
+	int rescued = 0;
 
-	/*
-	 * A task about to trip the watchdog goes before everything else (see rescue_starved). This
-	 * CPU's DSQ has a period of its own: only this CPU can run its tasks (those pinned here), and
-	 * with one period for the machine the CPUs that dispatch more often took most scans, so a
-	 * pinned 10 ms sleeper waited 1.6 to 4 s instead of starve_ns.
-	 */
-	now = pyl_now();
 	if (cctx && (shared.starving || now - cctx->rescue_scan_at >= RESCUE_PERIOD_NS)) {
 		cctx->rescue_scan_at = now;
 		scanned = true;
@@ -993,47 +1003,69 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 	}
 	if (scanned)
 		shared.starving = rescued > 0;
-	if (rescued) {
+	return rescued;
+}
+
+/*
+ * R3 (3), (4): this CPU's DSQ and the shared DSQ, the earlier deadline first. Each step returns
+ * only when a task was really moved: a move can find the DSQ empty (another CPU took its head).
+ */
+static __always_inline bool take_earliest(s32 cpu)
+{
+	if (shared_dsq_first(cpu))
+		return pyl_dsq_move_to_local(SHARED_DSQ) || pyl_dsq_move_to_local(cpu_dsq(cpu));
+	return pyl_dsq_move_to_local(cpu_dsq(cpu)) || pyl_dsq_move_to_local(SHARED_DSQ);
+}
+
+void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
+{
+	struct cpu_ctx *cctx = lookup_cpu_ctx(cpu);
+	u32 inserted = drain_decisions();
+	u64 now;
+
+	if (!pyl_custom_dsqs()) {
+		/*
+		 * Built-in DSQs: the kernel found this CPU's local DSQ and the global DSQ empty before
+		 * calling here, and takes what the drain put there itself; the scheduler is in a local
+		 * DSQ already. The previous task goes on only if the drain added nothing: its slice
+		 * left would make the kernel keep it ahead of what was just inserted.
+		 */
+		if (!inserted)
+			keep_running(prev);
+		if (cctx)
+			cctx->served_at = pyl_now();	/* the kernel takes from the DSQs after this */
+		return;
+	}
+	/*
+	 * cpu.max: held tasks whose cgroups have budget again join the shared DSQ. Not gated on
+	 * bw_active(): when the last quota goes (cpu.max "max") nr_bw_cgroups is 0 while its tasks
+	 * are still held, and only this release frees them (it returns at once unless asked).
+	 */
+	if (pyl_cgroup_bw())
+		bw_release_held(bpf_ktime_get_ns());
+	now = pyl_now();
+	if (rescue_due(cpu, cctx, now)) {
 		if (cctx)
 			cctx->served_at = now;
 		return;
 	}
-
 	/*
-	 * R3 (2): then the scheduler, if it has work. Each step returns only when a task was really
-	 * moved: an attempted move can find the DSQ empty (the scheduler is asleep, or another CPU took
-	 * it), and returning anyway would leave runnable tasks waiting with the CPU idle.
-	 * Not twice in a row on this CPU, though: when the scheduler itself just stopped here (it
-	 * yielded after a batch, or its slice ended), one task of this CPU's DSQ or of the shared DSQ
-	 * gets its turn first -- under a constant stream of work "pending" is always true, and tasks
-	 * placed on this CPU would otherwise starve behind the scheduler until the watchdog fires.
+	 * R3 (2): then the scheduler, if it has work (or reports waiting a period). Not twice in a row
+	 * on this CPU, though: when the scheduler itself just stopped here, one task of this CPU's DSQ
+	 * or of the shared DSQ gets its turn first -- under a constant stream of work "pending" is
+	 * always true, and tasks placed here would starve behind the scheduler until the watchdog.
 	 */
-	if (!after_usersched && (usersched_has_pending() || reports_due(now)) &&
+	if (!(prev && is_usersched(prev)) && (usersched_has_pending() || reports_due(now)) &&
 	    pyl_dsq_move_to_local(SCHED_DSQ))
 		return;
-	/*
-	 * R3 (3), (4): this CPU's DSQ and the shared DSQ, the earlier deadline first. Taken from, or
-	 * found empty: either way they were served (direct_wake_allowed).
-	 */
-	if (cctx)
+	if (cctx)	/* taken from, or found empty: served either way (direct_wake_allowed) */
 		cctx->served_at = now;
-	if (shared_dsq_first(cpu)) {
-		if (pyl_dsq_move_to_local(SHARED_DSQ) || pyl_dsq_move_to_local(cpu_dsq(cpu)))
-			return;
-	} else {
-		if (pyl_dsq_move_to_local(cpu_dsq(cpu)) || pyl_dsq_move_to_local(SHARED_DSQ))
-			return;
-	}
+	if (take_earliest(cpu))
+		return;
 	/* a scheduler woken without pending work (stats, exit checks) runs when nothing else does */
 	if (pyl_dsq_move_to_local(SCHED_DSQ))
 		return;
-
-	/*
-	 * Nothing else wants this CPU: let the previous task go on, with the BPF slice (R5), instead
-	 * of the kernel's 20 ms default refill and instead of a pointless round trip to Python.
-	 */
-	if (prev && (prev->scx.flags & SCX_TASK_QUEUED) && !is_usersched(prev) && !bw_task_throttled(prev))
-		pyl_set_slice(prev, cfg.slice_ns);
+	keep_running(prev);
 }
 
 void BPF_STRUCT_OPS(pyland_runnable, struct task_struct *p, u64 enq_flags)
