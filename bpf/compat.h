@@ -137,17 +137,19 @@ static __always_inline s32 pyl_pick_idle_cpu(const struct cpumask *cpus_allowed,
 u32 scx_bpf_dispatch_nr_slots___pyl(void) __ksym __weak;
 
 /*
- * Dispatch-buffer slots left in this ops.dispatch call, or -1 when the kernel cannot say
- * (PYLAND_NO_DISPATCH_SLOTS): the caller then counts its own inserts against the default buffer
- * size, SCX_DSP_DFL_MAX_BATCH (pyland does not set ops.dispatch_max_batch).
+ * Is a dispatch-buffer slot left in this ops.dispatch call, after `inserted` inserts? Where the
+ * kernel cannot say (PYLAND_NO_DISPATCH_SLOTS) the inserts are counted against the default buffer
+ * size, SCX_DSP_DFL_MAX_BATCH (pyland does not set ops.dispatch_max_batch). Only there is the
+ * count compared: a compared count is tracked exactly by the verifier, and a drain callback that
+ * bumps it became a new state at every iteration, until the verifier gave up.
  */
 #define PYL_DISPATCH_BATCH	32
 
-static __always_inline s32 pyl_dispatch_nr_slots(void)
+static __always_inline bool pyl_dispatch_slot_left(u32 inserted)
 {
 	if (bpf_ksym_exists(scx_bpf_dispatch_nr_slots___pyl))
-		return scx_bpf_dispatch_nr_slots___pyl();
-	return -1;
+		return scx_bpf_dispatch_nr_slots___pyl() > 0;
+	return inserted < PYL_DISPATCH_BATCH;
 }
 
 void scx_bpf_error_bstr___pyl(char *fmt, unsigned long long *data, u32 data__sz) __ksym __weak;

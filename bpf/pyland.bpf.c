@@ -855,7 +855,6 @@ static long drain_one(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 {
 	const struct pyland_update *u = bpf_dynptr_data(dynptr, 0, sizeof(*u));
 	const struct pyland_decision *d;
-	s32 slots;
 
 	if (u) {	/* only changes what later enqueues are placed by: no slot used */
 		apply_update(u);
@@ -868,10 +867,7 @@ static long drain_one(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 		return 0;
 	}
 	apply_decision(d, dctx);
-	slots = pyl_dispatch_nr_slots();
-	if (slots < 0)
-		return dctx->inserted < PYL_DISPATCH_BATCH ? 0 : 1;
-	return slots ? 0 : 1;
+	return pyl_dispatch_slot_left(dctx->inserted) ? 0 : 1;
 }
 
 /*
@@ -962,7 +958,7 @@ static __always_inline u32 drain_decisions(void)
 	struct drain_ctx dctx = {};
 	long drained;
 
-	if (pyl_dispatch_nr_slots()) {	/* -1, unknown, is "some": nothing was inserted yet */
+	if (pyl_dispatch_slot_left(0)) {
 		drained = bpf_user_ringbuf_drain(&dispatched, drain_one, &dctx, 0);
 		if (drained == -EBUSY)
 			__sync_fetch_and_add(&shared.nr_drain_busy, 1);
@@ -1012,6 +1008,9 @@ static __always_inline bool rescue_due(s32 cpu, struct cpu_ctx *cctx, u64 now)
  */
 static __always_inline bool take_earliest(s32 cpu)
 {
+	/* no task pinned here waits (the common case): no deadlines to compare, no DSQ walk */
+	if (!pyl_dsq_nr_queued(cpu_dsq(cpu)))
+		return pyl_dsq_move_to_local(SHARED_DSQ);
 	if (shared_dsq_first(cpu))
 		return pyl_dsq_move_to_local(SHARED_DSQ) || pyl_dsq_move_to_local(cpu_dsq(cpu));
 	return pyl_dsq_move_to_local(cpu_dsq(cpu)) || pyl_dsq_move_to_local(SHARED_DSQ);

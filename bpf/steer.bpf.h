@@ -231,33 +231,39 @@ static __always_inline bool reports_due(u64 now)
 	       bpf_ringbuf_query(&reports, BPF_RB_AVAIL_DATA) > 0;
 }
 
-/* an update's parameters brought into range; true when something had to be */
-static __always_inline bool clamp_params(struct pyland_params *pp)
+/*
+ * An update's parameters brought into range; 1 when something had to be. A global function: the
+ * verifier checks it once, on its own. Inlined into the drain callback, each of its branches
+ * doubled the paths through the callback's iterations, past the verifier's million instructions.
+ */
+__noinline int clamp_params(struct pyland_params *pp, s32 nr_cpus)
 {
-	bool clamped = false;
+	int clamped = 0;
 
+	if (!pp)
+		return 0;
 	if (pp->slice_ns && pp->slice_ns < MIN_PARAM_SLICE_NS) {
 		pp->slice_ns = MIN_PARAM_SLICE_NS;
-		clamped = true;
+		clamped = 1;
 	} else if (pp->slice_ns > cfg.max_slice_ns) {
 		pp->slice_ns = cfg.max_slice_ns;
-		clamped = true;
+		clamped = 1;
 	}
 	if (pp->weight > MAX_WEIGHT) {
 		pp->weight = MAX_WEIGHT;
-		clamped = true;
+		clamped = 1;
 	}
 	if (pp->lag_ns > MAX_PARAM_LAG_NS || pp->lag_ns < -MAX_PARAM_LAG_NS) {
 		pp->lag_ns = pp->lag_ns > 0 ? MAX_PARAM_LAG_NS : -MAX_PARAM_LAG_NS;
-		clamped = true;
+		clamped = 1;
 	}
-	if ((pp->flags & PYLAND_PARAM_CPU) && (pp->cpu < 0 || pp->cpu >= (s32)scx_bpf_nr_cpu_ids())) {
+	if ((pp->flags & PYLAND_PARAM_CPU) && (pp->cpu < 0 || pp->cpu >= nr_cpus)) {
 		pp->flags &= ~PYLAND_PARAM_CPU;
-		clamped = true;
+		clamped = 1;
 	}
 	if (pp->flags & ~PYLAND_PARAM_FLAGS) {
 		pp->flags &= PYLAND_PARAM_FLAGS;
-		clamped = true;
+		clamped = 1;
 	}
 	return clamped;
 }
@@ -270,7 +276,7 @@ static __always_inline bool clamp_params(struct pyland_params *pp)
 static void apply_update(const struct pyland_update *u)
 {
 	struct pyland_params params = u->params;
-	bool clamped = clamp_params(&params);
+	bool clamped = clamp_params(&params, scx_bpf_nr_cpu_ids());
 	u32 class_id = u->class_id;
 	struct pyland_params *cls;
 	struct task_struct *p;

@@ -46,6 +46,7 @@ from scxctl.pyland.records import (
     PARAM_FIFO,
     PARAM_SYNC,
     POLICY_SINCE,
+    REC_REPORT,
     TASK,
     UPDATE,
 )
@@ -222,8 +223,12 @@ class SchedulerLoop:
             counters[NR_CONSUMED] = st.consumed
             # the pool: consumed but not yet written; BPF treats nr_scheduled > 0 as pending work
             counters[NR_SCHEDULED] = n
-            self._decide_all(records)
-        reported = self._observe_reports() if self._observe is not None else 0
+            self._handle(records)
+        reported = 0
+        if self.reports is not None:  # steer mode: what tasks did, at the loop's pace
+            records.clear()
+            reported = self.reports.read_batch(TASK, records, self.batch)
+            self._handle(records)
         if n == 0 and reported == 0:
             return 0
         st.batches += 1
@@ -255,14 +260,18 @@ class SchedulerLoop:
         st.yields += 1
         return n + reported
 
-    def _decide_all(self, records: list[tuple[object, ...]]) -> None:
-        """decide() for each queued record, its decision written (or pooled) in order."""
+    def _handle(self, records: list[tuple[object, ...]]) -> None:
+        """Each record to its policy method: a report to observe() (its parameters sent when it
+        returns True), any other to decide() (its decision written, or pooled, in order)."""
         counters = self.shared.counters
         task = self.task
         decision = self.decision
+        params = self.params
         decide = self.policy.decide
+        observe = self._observe
         emit = self._emit
-        written = 0
+        send = self.send_update
+        written = observed = 0
         now_ns = time.monotonic_ns
         for rec in records:
             counters[POLICY_SINCE] = now_ns()
@@ -271,6 +280,12 @@ class SchedulerLoop:
              task.cgroup_id, task.throttled, task.run_ns, task.kind, task.nr_wakeups, task.waker,
              task.class_id, task.deadline, task.sleep_ns) = rec
             try:  # zero-cost unless it raises (3.11+); only the policy's own errors are wrapped
+                if task.kind == REC_REPORT and observe is not None:
+                    observed += 1
+                    params.reset()
+                    if observe(task, params):
+                        send(task.pid, params)
+                    continue
                 decide(task, decision)
             except Exception as exc:
                 counters[POLICY_SINCE] = 0
@@ -282,38 +297,7 @@ class SchedulerLoop:
             if emit(DECISION, values):
                 written += 1
         self.stats.written += written
-
-    def _observe_reports(self) -> int:
-        """observe() for each report waiting in the `reports` ring (one batch); the reports read."""
-        assert self.reports is not None and self._observe is not None
-        records = self._records
-        records.clear()
-        n = self.reports.read_batch(TASK, records, self.batch)
-        if n == 0:
-            return 0
-        counters = self.shared.counters
-        task = self.task
-        params = self.params
-        observe = self._observe
-        send = self.send_update
-        now_ns = time.monotonic_ns
-        for rec in records:
-            counters[POLICY_SINCE] = now_ns()
-            (task.pid, task.cpu, task.nr_cpus_allowed, task.flags, task.start_ts, task.stop_ts,
-             task.exec_runtime, task.weight, task.placed, task.vtime, task.enq_cnt, task.comm,
-             task.cgroup_id, task.throttled, task.run_ns, task.kind, task.nr_wakeups, task.waker,
-             task.class_id, task.deadline, task.sleep_ns) = rec
-            params.reset()
-            try:
-                changed = observe(task, params)
-            except Exception as exc:
-                counters[POLICY_SINCE] = 0
-                raise PolicyFailed(self.policy.name, exc) from exc
-            if changed:
-                send(task.pid, params)
-        counters[POLICY_SINCE] = 0
-        self.stats.observed += n
-        return n
+        self.stats.observed += observed
 
     def run(
         self,
