@@ -148,8 +148,7 @@ struct cpu_ctx {
 	bool usersched_queued;	/* built-in DSQs: the scheduler waits in this CPU's local DSQ */
 	u64 rescue_scan_at;	/* last starvation scan of this CPU's DSQ (see rescue_starved) */
 	u64 preempted_at;	/* steer: when a wake-up last preempted this CPU */
-	u64 running_awake;	/* steer: CPU time the running task had used since its wake-up ... */
-	u64 running_at;		/* ... when it started running here */
+	bool running_preemptible; /* steer: the running task's params let a wake-up preempt it */
 };
 
 struct {
@@ -1102,13 +1101,10 @@ void BPF_STRUCT_OPS(pyland_running, struct task_struct *p)
 		return;
 	tctx->start_ts = pyl_now();
 	tctx->bw_charged_exec = p->se.sum_exec_runtime;
-	if (cctx && !is_critical_kthread(p)) {
+	if (cctx && !is_critical_kthread(p))
 		cctx->running_deadline = tctx->deadline;
-		cctx->running_awake = tctx->exec_runtime;
-		cctx->running_at = tctx->start_ts;
-	}
 	if (cfg.steer) {
-		steer_running(tctx);
+		steer_running(tctx, cctx);
 		return;
 	}
 	/* racy max across CPUs: a lost update only places the next new task one deadline earlier */

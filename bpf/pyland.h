@@ -21,7 +21,8 @@
 #define PYLAND_PARAM_SYNC	1	/* its wake-ups wait for the policy's decision (a round trip) */
 #define PYLAND_PARAM_CPU	2	/* pyland_params.cpu is its preferred CPU */
 #define PYLAND_PARAM_FIFO	4	/* arrival order: its deadline is vruntime_now, not its own vruntime */
-#define PYLAND_PARAM_FLAGS	(PYLAND_PARAM_SYNC | PYLAND_PARAM_CPU | PYLAND_PARAM_FIFO)
+#define PYLAND_PARAM_PREEMPTIBLE 8	/* a wake-up with an earlier deadline may preempt it */
+#define PYLAND_PARAM_FLAGS	(PYLAND_PARAM_SYNC | PYLAND_PARAM_CPU | PYLAND_PARAM_FIFO | PYLAND_PARAM_PREEMPTIBLE)
 #define PYLAND_NR_CLASSES	64	/* classes a policy can define (class 0: every task not told otherwise) */
 #define PYLAND_COMM_LEN		16
 #define PYLAND_REASON_LEN	128
@@ -210,7 +211,7 @@ struct pyland_shared {
 	__u64 nr_steered;		/* steer: enqueues BPF placed from the policy's parameters */
 	__u64 nr_sync;			/* steer: wake-ups sent to decide() because their params ask for it */
 	__u64 nr_wake_preempts;		/* steer: wake-ups that preempted a later deadline (SCX_KICK_PREEMPT) */
-	__u64 nr_preempt_gated;		/* steer: preemptions the gate refused (see wake_preempts) */
+	__u64 nr_preempt_gated;		/* steer: preemptions refused: the CPU was preempted under a gap ago */
 	__u64 nr_reports;		/* steer: records submitted to `reports` */
 	__u64 nr_report_drops;		/* steer: reports lost to a full `reports` ring */
 	__u64 nr_updates;		/* steer: parameter updates applied */

@@ -129,7 +129,8 @@ def test_params_are_the_c_parameters_with_the_task_s_class() -> None:
             want.append(m)
     assert Params.__slots__ == PARAMS_FIELDS == tuple(want)
     from_header = {k.upper(): v for k, v in flags.items()}
-    assert from_header == {"SYNC": records.PARAM_SYNC, "CPU": records.PARAM_CPU, "FIFO": records.PARAM_FIFO}
+    assert from_header == {"SYNC": records.PARAM_SYNC, "CPU": records.PARAM_CPU, "FIFO": records.PARAM_FIFO,
+                           "PREEMPTIBLE": records.PARAM_PREEMPTIBLE}
     assert int(defines("PYLAND_NR_")["CLASSES"]) == NR_CLASSES == records.NR_CLASSES
     assert {k: int(v) for k, v in defines("PYLAND_REC_").items()} == {
         "ENQUEUE": records.REC_ENQUEUE, "REPORT": records.REC_REPORT}
@@ -137,11 +138,12 @@ def test_params_are_the_c_parameters_with_the_task_s_class() -> None:
 
 
 def test_params_reset_and_pack() -> None:
-    p = Params(class_id=3, own=True, slice_ns=5, lag_ns=-7, weight=200, cpu=1, sync=True, fifo=True)
+    p = Params(class_id=3, own=True, slice_ns=5, lag_ns=-7, weight=200, cpu=1, sync=True, fifo=True,
+               preemptible=True)
     values, saturated = update_values(42, p, 99)
     assert not saturated
-    assert values == (42, 3, 1, 0, 99, 5, -7, 200, 1,
-                      records.PARAM_SYNC | records.PARAM_CPU | records.PARAM_FIFO, 0)
+    flags = records.PARAM_SYNC | records.PARAM_CPU | records.PARAM_FIFO | records.PARAM_PREEMPTIBLE
+    assert values == (42, 3, 1, 0, 99, 5, -7, 200, 1, flags, 0)
     assert records.UPDATE.unpack(records.UPDATE.pack(*values)) == values
     p.reset()
     assert update_values(0, p, 0) == ((0, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0), False)

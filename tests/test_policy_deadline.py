@@ -339,6 +339,8 @@ def test_classes_interactive_placed_at_once_batch_decided() -> None:
     classes = DeadlinePolicy(OPTS).class_params()
     assert set(classes) == {INTERACTIVE, BATCH}
     assert classes[INTERACTIVE].sync is False and classes[BATCH].sync is True
+    # only a hog is preempted by a waking task: tasks that wake often would preempt each other
+    assert classes[INTERACTIVE].preemptible is False and classes[BATCH].preemptible is True
 
 
 def test_a_hog_becomes_batch_once_and_a_sleeper_stays_interactive() -> None:

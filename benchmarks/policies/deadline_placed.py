@@ -17,4 +17,4 @@ class DeadlinePlaced(DeadlinePolicy):
     name = "deadline-placed"
 
     def class_params(self) -> dict[int, Params]:
-        return {**super().class_params(), BATCH: Params(lag_ns=self.options.slice_ns)}
+        return {**super().class_params(), BATCH: Params(lag_ns=self.options.slice_ns, preemptible=True)}

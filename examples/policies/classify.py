@@ -9,7 +9,8 @@ task in one from its reports, and BPF places every task by its class's parameter
   in their deadline, and a deadline 5 ms sooner: they run first among tasks that woke together;
 - BACKGROUND (2): the tasks of the cgroups in BACKGROUND_CGROUPS (e.g. a build's slice), and any
   task that ran through a whole report period without sleeping: weight 25 (about nice 6), a 20 ms
-  slice, and their wake-ups decided here (sync), behind everyone else's;
+  slice, their wake-ups decided here (sync), behind everyone else's, and preempted by any task
+  that wakes with an earlier deadline;
 - everything else stays in class 0: BPF's defaults.
 
 A task is told only when its class changes: its report says which class BPF has for it.
@@ -41,7 +42,7 @@ class Classify(Policy):
         return {
             DEFAULT: Params(),
             INTERACTIVE: Params(slice_ns=1 * NSEC_PER_MSEC, lag_ns=-5 * NSEC_PER_MSEC),
-            BACKGROUND: Params(weight=25, slice_ns=self.options.slice_ns, sync=True),
+            BACKGROUND: Params(weight=25, slice_ns=self.options.slice_ns, sync=True, preemptible=True),
         }
 
     def observe(self, task: Task, params: Params) -> bool:

@@ -44,6 +44,7 @@ from scxctl.pyland.records import (
     NR_WRITTEN,
     PARAM_CPU,
     PARAM_FIFO,
+    PARAM_PREEMPTIBLE,
     PARAM_SYNC,
     POLICY_SINCE,
     REC_REPORT,
@@ -88,7 +89,7 @@ def update_values(pid: int, params: Params, sent_at: int) -> tuple[tuple[int, ..
     weight, c4 = _fit(int(params.weight), 0, U32_MAX)
     cpu, c5 = _fit(int(params.cpu), S32_MIN, S32_MAX)
     flags = (PARAM_SYNC if params.sync else 0) | (PARAM_CPU if cpu >= 0 else 0) | \
-        (PARAM_FIFO if params.fifo else 0)
+        (PARAM_FIFO if params.fifo else 0) | (PARAM_PREEMPTIBLE if params.preemptible else 0)
     return (pid, class_id, 1 if params.own else 0, 0, sent_at, slice_ns, lag_ns, weight, cpu, flags, 0), \
         c1 or c2 or c3 or c4 or c5
 

@@ -194,7 +194,7 @@ class Decision:
         return f"Decision({fields})"
 
 
-PARAMS_FIELDS = ("class_id", "own", "slice_ns", "lag_ns", "weight", "cpu", "sync", "fifo")
+PARAMS_FIELDS = ("class_id", "own", "slice_ns", "lag_ns", "weight", "cpu", "sync", "fifo", "preemptible")
 NR_CLASSES = 64  # Params.class_id: 0..63; class 0 is every task's until the policy says otherwise
 
 
@@ -216,6 +216,7 @@ class Params:
     cpu: int  # preferred CPU: an idle one gets its wake-ups first; PYLAND_CPU_ANY (-1): none
     sync: bool  # its wake-ups wait for decide() (a round trip through this loop)
     fifo: bool  # ordered by arrival (the global vruntime when it is queued), not its own vruntime
+    preemptible: bool  # a waking task with an earlier deadline may preempt it (a CPU hog, say)
 
     def __init__(
         self,
@@ -228,6 +229,7 @@ class Params:
         cpu: int = PYLAND_CPU_ANY,
         sync: bool = False,
         fifo: bool = False,
+        preemptible: bool = False,
     ) -> None:
         self.class_id = class_id
         self.own = own
@@ -237,11 +239,12 @@ class Params:
         self.cpu = cpu
         self.sync = sync
         self.fifo = fifo
+        self.preemptible = preemptible
 
     def reset(self) -> None:
         """Back to the defaults (the loop does this before each observe())."""
         self.class_id = 0
-        self.own = self.sync = self.fifo = False
+        self.own = self.sync = self.fifo = self.preemptible = False
         self.slice_ns = self.lag_ns = self.weight = 0
         self.cpu = PYLAND_CPU_ANY
 

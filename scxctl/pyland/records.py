@@ -20,6 +20,7 @@ REC_REPORT = 1  # steer mode: what it did, for observe()
 PARAM_SYNC = 1
 PARAM_CPU = 2
 PARAM_FIFO = 4
+PARAM_PREEMPTIBLE = 8
 NR_CLASSES = 64
 # enum pyland_compat: what ops.init found this kernel cannot give (shared counter compat_missing)
 COMPAT_MISSING = {

@@ -3,11 +3,12 @@
 Steer mode (the default): BPF keeps the vruntime and deadlines, and places every task at once; the
 policy only classifies. From each task's reports it tracks the average burst (CPU time between two
 wake-ups: run_ns / nr_wakeups, and the burst running now, exec_runtime): a task whose bursts stay
-within a quarter of the budget is interactive (class 0: placed at once, preempting a later deadline
-when it wakes); a longer one is batch (class 1: its wake-ups wait for decide(), which keeps BPF's
-deadline). A CPU-bound task seldom wakes, so its round trips cost little, and an interactive task
-never waits behind one that woke at the same time. A task is told only when its class changes
-(its report carries the class BPF has for it).
+within a quarter of the budget is interactive (class 0: placed at once, never preempted by a
+wake-up); a longer one is batch (class 1: its wake-ups wait for decide(), which keeps BPF's
+deadline, and a waking task with an earlier deadline preempts it). A CPU-bound task seldom wakes,
+so its round trips cost little, and an interactive task runs before one that woke at the same
+time, and at once beside a hog. A task is told only when its class changes (its report carries
+the class BPF has for it).
 
 Round-trip mode (--round-trip) makes every decision here, as follows.
 
@@ -145,7 +146,7 @@ class DeadlinePolicy(Policy):
         return b
 
     def class_params(self) -> dict[int, Params]:
-        return {INTERACTIVE: Params(), BATCH: Params(sync=True)}
+        return {INTERACTIVE: Params(), BATCH: Params(sync=True, preemptible=True)}
 
     def observe(self, task: Task, params: Params) -> bool:
         b = self._entry(task.pid)

@@ -227,7 +227,7 @@ def check_params(params: object) -> str | None:
         return f"gave {params!r}; it must be a Params"
     for field in PARAMS_FIELDS:
         value = getattr(params, field, None)
-        if field in ("own", "sync", "fifo"):
+        if field in ("own", "sync", "fifo", "preemptible"):
             if type(value) is not bool:
                 return f"set Params.{field} to {value!r}; it must be True or False"
         elif not _is_int(value):
