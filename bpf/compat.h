@@ -7,7 +7,7 @@
  * here, `__ksym __weak`, under a flavoured name. libbpf (>= 1.3) strips the last `___suffix` when it
  * resolves the name against the running kernel's BTF, a missing one resolves to 0, and
  * bpf_ksym_exists() picks the variant at load time (the verifier removes the dead branches).
- * Kernel renames (see /work/shared/reference/sched_ext.md):
+ * Kernel renames:
  *   6.13  scx_bpf_dispatch[_vtime] -> scx_bpf_dsq_insert[_vtime], scx_bpf_consume -> _dsq_move_to_local
  *   6.14  scx_bpf_now()
  *   6.17  the pre-6.13 names removed

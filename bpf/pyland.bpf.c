@@ -195,7 +195,7 @@ static __always_inline bool migration_disabled(const struct task_struct *p)
 /*
  * R2: every hook tells the scheduler's threads apart by TGID, never by PID. A Python process can
  * have more than one thread (the interpreter, libraries); checking the PID in one hook and the TGID
- * in another made nr_running and the watchdog accounting disagree in the Gthulhu article.
+ * in another makes the count of running tasks and the watchdog's accounting disagree.
  */
 static __always_inline bool is_usersched(const struct task_struct *p)
 {

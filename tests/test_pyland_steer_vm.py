@@ -160,7 +160,7 @@ def test_periodic_wakers_beside_hogs_preempt_within_a_slice(guest: Path) -> None
     lines = stats(read(guest, "waker.log"))
     preempts = [s["nr_wake_preempts"] for s in lines]
     assert preempts and preempts[-1] > 1000, preempts  # 6 s of two 1 kHz wakers, hogs beside them
-    assert lines[-1]["nr_preempt_gated"] >= 0 and lines[-1]["policy_reclassified"] > 0
+    assert lines[-1]["policy_reclassified"] > 0  # the hogs went to the batch class: preemptible
     assert read(guest, "waker.rc").strip() == "0"
 
 
