@@ -147,8 +147,12 @@ struct cpu_ctx {
 	u64 running_deadline;	/* deadline of the task running here; 0: none to preempt for */
 	bool usersched_queued;	/* built-in DSQs: the scheduler waits in this CPU's local DSQ */
 	u64 rescue_scan_at;	/* last starvation scan of this CPU's DSQ (see rescue_starved) */
-	u64 preempted_at;	/* steer: when a wake-up last preempted this CPU */
-	bool running_preemptible; /* steer: the running task's params let a wake-up preempt it */
+	/* steer: the running task, for wake_preempts: its class, or its own params' preemptibility */
+	u64 preempted_at;	/* when a wake-up last preempted this CPU */
+	s32 running_pid;
+	u32 running_class;
+	bool running_own;	/* the running task has params of its own: running_preemptible applies */
+	bool running_preemptible;
 };
 
 struct {
@@ -1104,7 +1108,7 @@ void BPF_STRUCT_OPS(pyland_running, struct task_struct *p)
 	if (cctx && !is_critical_kthread(p))
 		cctx->running_deadline = tctx->deadline;
 	if (cfg.steer) {
-		steer_running(tctx, cctx);
+		steer_running(p, tctx, cctx);
 		return;
 	}
 	/* racy max across CPUs: a lost update only places the next new task one deadline earlier */

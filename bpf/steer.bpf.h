@@ -69,18 +69,39 @@ static __always_inline void steer_charge(struct task_struct *p, struct task_ctx 
 	tctx->vruntime += ran_ns * NICE0_WEIGHT / params_weight(task_params(tctx), p);
 }
 
-/*
- * ops.running: the largest vruntime on a CPU, which waking tasks are measured against (racy max),
- * and whether a wake-up may preempt this task
- */
-static __always_inline void steer_running(struct task_ctx *tctx, struct cpu_ctx *cctx)
+/* what wake_preempts needs to know of the task running on a CPU: its class, or its own params */
+static __always_inline void note_running(struct cpu_ctx *cctx, s32 pid, u32 class_id, bool own,
+					 const struct pyland_params *own_params)
 {
-	const struct pyland_params *pp = task_params(tctx);
+	cctx->running_pid = pid;
+	cctx->running_class = class_id;
+	cctx->running_own = own;
+	cctx->running_preemptible = own && (own_params->flags & PYLAND_PARAM_PREEMPTIBLE);
+}
 
+/*
+ * May a wake-up preempt the task running there? Its class's params are read now, not when it began
+ * to run: a task alone on its CPU never stops (dispatch extends its slice), and a CPU hog the
+ * policy moved to a preemptible class while it ran would otherwise keep its CPU until it blocked.
+ */
+static __always_inline bool running_preemptible(const struct cpu_ctx *cctx)
+{
+	const struct pyland_params *pp;
+	u32 key = cctx->running_class;
+
+	if (cctx->running_own)
+		return cctx->running_preemptible;
+	pp = bpf_map_lookup_elem(&classes, &key);
+	return pp && (pp->flags & PYLAND_PARAM_PREEMPTIBLE);
+}
+
+/* ops.running: the largest vruntime on a CPU, which waking tasks are measured against (racy max) */
+static __always_inline void steer_running(struct task_struct *p, struct task_ctx *tctx, struct cpu_ctx *cctx)
+{
 	if ((s64)(tctx->vruntime - shared.vruntime_now) > 0)
 		shared.vruntime_now = tctx->vruntime;
 	if (cctx)
-		cctx->running_preemptible = pp && (pp->flags & PYLAND_PARAM_PREEMPTIBLE);
+		note_running(cctx, p->pid, tctx->class_id, tctx->own_params, &tctx->params);
 }
 
 /* the preferred CPU, claimed, if it is idle and the task may run there; -1 otherwise */
@@ -133,8 +154,8 @@ static __always_inline bool wake_preempts(struct task_struct *p, struct task_ctx
 	if (!cfg.preempt_gap_ns || cpu < 0 || cpu >= MAX_CPUS || !bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
 		return false;
 	cctx = lookup_cpu_ctx(cpu);
-	if (!cctx || !cctx->running_preemptible || !cctx->running_deadline ||
-	    (s64)(tctx->deadline - cctx->running_deadline) >= 0)
+	if (!cctx || !cctx->running_deadline || (s64)(tctx->deadline - cctx->running_deadline) >= 0 ||
+	    !running_preemptible(cctx))
 		return false;
 	if (now - cctx->preempted_at < cfg.preempt_gap_ns) {
 		__sync_fetch_and_add(&shared.nr_preempt_gated, 1);
@@ -307,10 +328,14 @@ static void apply_update(const struct pyland_update *u)
 	}
 	tctx = lookup_task_ctx(p);
 	if (tctx) {
+		struct cpu_ctx *cctx = lookup_cpu_ctx(scx_bpf_task_cpu(p));
+
 		tctx->class_id = class_id;
 		tctx->own_params = u->own;
 		if (u->own)
 			tctx->params = params;
+		if (cctx && cctx->running_pid == p->pid)	/* it runs now: its CPU follows */
+			note_running(cctx, p->pid, class_id, u->own, &params);
 		__sync_fetch_and_add(&shared.nr_updates, 1);
 	}
 	bpf_task_release(p);
