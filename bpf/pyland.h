@@ -147,7 +147,7 @@ struct pyland_config {
 				 * mode); 0: every enqueue waits for decide() (round-trip mode) */
 	__u64 lag_ns;		/* steer: the sleep credit a waking task may bring, in vruntime */
 	__u64 report_ns;	/* steer: a task reports what it did at most this often */
-	__u64 preempt_gap_ns;	/* steer: a CPU is preempted for a wake-up at most this often */
+	__u64 preempt_gap_ns;	/* steer: a CPU is preempted for a wake-up at most this often; 0: never */
 };
 
 /* why the scheduler left, copied from struct scx_exit_info in ops.exit */

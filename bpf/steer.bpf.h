@@ -8,8 +8,8 @@
  *   deadline   vruntime + slice x 100 / weight + the policy's offset; a waking task's vruntime is
  *              first raised to at most lag_ns behind vruntime_now, so sleeping buys bounded credit
  *   placement  an idle CPU in select_cpu (the preferred one first), else the per-CPU (pinned) or
- *              shared DSQ in deadline order, and a wake-up whose deadline beats that of a running
- *              task the policy made preemptible preempts it, gated against storms (wake_preempts)
+ *              shared DSQ in deadline order, and a waking task that is not preemptible preempts a
+ *              running task the policy made preemptible when its deadline is earlier (wake_preempts)
  *
  * Only the wake-ups of tasks whose parameters say PYLAND_PARAM_SYNC wait for decide(). What tasks
  * do goes to the policy in the `reports` ring, at most once per report_ns per task, without waking
@@ -140,18 +140,21 @@ static __always_inline s32 steer_select_cpu(struct task_struct *p, struct task_c
 }
 
 /*
- * Does the waking task preempt the task running on `cpu`? Only a task of ours the policy made
- * preemptible (a CPU hog, typically), with a later deadline (the scheduler, kernel threads and
- * idle CPUs have none: running_deadline 0), and at most once per preempt_gap_ns on a CPU. Among
- * tasks that wake often, every waker has the earlier deadline, and preempting for each is the storm
- * that made scx_bpfland give the feature up: hackbench ran 5.9 times as long as without it when
- * any task awake for a quarter slice was preemptible. Beside a hog, a waker runs at once.
+ * Does the waking task preempt the task running on `cpu`? Only a task the policy made preemptible
+ * (a CPU hog), with a later deadline (the scheduler, kernel threads and idle CPUs have none:
+ * running_deadline 0), and only for a waking task that is not preemptible itself. A preemption
+ * then always hands a hog's CPU to a task that is never preempted in turn: no chain of wakers
+ * preempting each other, the storm that made scx_bpfland give the feature up (hackbench ran 5.9
+ * times as long as without it when any task awake for a quarter slice was preemptible), and no
+ * more preemptions than the hog gets its CPU back; and at most one per preempt_gap_ns on a CPU.
  */
-static __always_inline bool wake_preempts(struct task_struct *p, struct task_ctx *tctx, s32 cpu, u64 now)
+static __always_inline bool wake_preempts(struct task_struct *p, struct task_ctx *tctx,
+					  const struct pyland_params *pp, s32 cpu, u64 now)
 {
 	struct cpu_ctx *cctx;
 
-	if (!cfg.preempt_gap_ns || cpu < 0 || cpu >= MAX_CPUS || !bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+	if (!cfg.preempt_gap_ns || (pp && (pp->flags & PYLAND_PARAM_PREEMPTIBLE)) || cpu < 0 ||
+	    cpu >= MAX_CPUS || !bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
 		return false;
 	cctx = lookup_cpu_ctx(cpu);
 	if (!cctx || !cctx->running_deadline || (s64)(tctx->deadline - cctx->running_deadline) >= 0 ||
@@ -192,7 +195,7 @@ static void steer_place(struct task_struct *p, struct task_ctx *tctx, const stru
 
 	__sync_fetch_and_add(&shared.nr_steered, 1);
 	tctx->dsq_at = now;
-	if (!(enq_flags & SCX_ENQ_WAKEUP) || !wake_preempts(p, tctx, cpu, now)) {
+	if (!(enq_flags & SCX_ENQ_WAKEUP) || !wake_preempts(p, tctx, pp, cpu, now)) {
 		insert_ordered(p, pinned ? cpu_dsq(cpu) : shared_dsq(), slice, tctx->deadline, enq_flags);
 		kick_for(p, cpu, pinned);
 		return;

@@ -1,6 +1,6 @@
 """pyland's steer mode on a real sched_ext kernel (QEMU guest), one boot for the module.
 
-- wake-up preemption: cyclictest's periodic wakers (SCHED_OTHER) beside two CPU hogs; their p99
+- wake-up preemption: a periodic waker (cyclictest, SCHED_OTHER) beside two CPU hogs; its p99
   latency stays below one BPF slice, and the counter of the preemption path moved;
 - a parameter reaches BPF and changes placement: a policy gives two sleepers preferred CPUs, each
   the CPU it was NOT running on, and they move there (nr_pref_cpu);
@@ -24,7 +24,7 @@ from scxctl.pyland.policy import DEFAULT_MIN_SLICE_NS, NSEC_PER_USEC
 pytestmark = pytest.mark.vm
 
 POLICIES = Path(__file__).resolve().parent / "policies"
-WAKER = "cyclictest -t 2 -i 1000 -D 6 -q -m -h 20000"
+WAKER = "cyclictest -t 1 -i 1000 -D 6 -q -m -h 20000"  # one periodic waker (SCHED_OTHER)
 
 SCENARIO = SCENARIO_PRELUDE + rf"""
 RUN="scxctl --log-format json run --stats-interval 1"
@@ -146,20 +146,19 @@ def stats(log: str) -> list[dict[str, Any]]:
     return [e for e in json_lines(log) if e.get("event") == "pyland stats"]
 
 
-def p99s(text: str) -> list[float]:
-    by_name = {m.name: m.value for m in cyclictest(text)}
-    return [by_name[f"cyclictest.T{t}.p99_us"] for t in (0, 1) if f"cyclictest.T{t}.p99_us" in by_name]
+def p99(text: str) -> float | None:
+    return {m.name: m.value for m in cyclictest(text)}.get("cyclictest.T0.p99_us")
 
 
-def test_periodic_wakers_beside_hogs_preempt_within_a_slice(guest: Path) -> None:
+def test_a_periodic_waker_beside_hogs_preempts_within_a_slice(guest: Path) -> None:
     assert read(guest, "waker.attach.rc").strip() == "0", read(guest, "waker.log")[-2000:]
-    default, pyland = p99s(read(guest, "waker-default.txt")), p99s(read(guest, "waker-pyland.txt"))
-    print(f"\ncyclictest beside 2 hogs, p99 per thread: default {default} us, pyland {pyland} us")
+    default, pyland = p99(read(guest, "waker-default.txt")), p99(read(guest, "waker-pyland.txt"))
+    print(f"\ncyclictest beside 2 hogs, p99: default {default} us, pyland {pyland} us")
     slice_us = DEFAULT_MIN_SLICE_NS / NSEC_PER_USEC
-    assert len(pyland) == 2 and max(pyland) < slice_us, read(guest, "waker-pyland.txt")[-1500:]
+    assert pyland is not None and pyland < slice_us, read(guest, "waker-pyland.txt")[-1500:]
     lines = stats(read(guest, "waker.log"))
     preempts = [s["nr_wake_preempts"] for s in lines]
-    assert preempts and preempts[-1] > 1000, preempts  # 6 s of two 1 kHz wakers, hogs beside them
+    assert preempts and preempts[-1] > 1000, preempts  # 6 s of a 1 kHz waker, hogs beside it
     assert lines[-1]["policy_reclassified"] > 0  # the hogs went to the batch class: preemptible
     assert read(guest, "waker.rc").strip() == "0"
 

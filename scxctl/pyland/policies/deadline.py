@@ -2,7 +2,8 @@
 
 Steer mode (the default): BPF keeps the vruntime and deadlines, and places every task at once; the
 policy only classifies. From each task's reports it tracks the average burst (CPU time between two
-wake-ups: run_ns / nr_wakeups, and the burst running now, exec_runtime): a task whose bursts stay
+wake-ups: run_ns / nr_wakeups; for a task that did not wake at all in a report, at least the burst
+running now, exec_runtime; one long burst between wake-ups does not make a hog): a task whose bursts stay
 within a quarter of the budget is interactive (class 0: placed at once, never preempted by a
 wake-up); a longer one is batch (class 1: its wake-ups wait for decide(), which keeps BPF's
 deadline, and a waking task with an earlier deadline preempts it). A CPU-bound task seldom wakes,
@@ -153,9 +154,10 @@ class DeadlinePolicy(Policy):
         n = task.nr_wakeups
         if n:
             burst = task.run_ns // n
-            b.avg = burst if b.avg < 0 else (b.avg + burst) >> 1
-        longest = task.exec_runtime if task.exec_runtime > b.avg else b.avg
-        cls = BATCH if longest > self._boost_ns else INTERACTIVE
+            b.avg = burst = burst if b.avg < 0 else (b.avg + burst) >> 1
+        else:  # not one wake-up in a report period: its burst is at least the one running now
+            burst = task.exec_runtime if task.exec_runtime > b.avg else b.avg
+        cls = BATCH if burst > self._boost_ns else INTERACTIVE
         if cls == task.class_id:  # the report says what BPF has now
             return False
         params.class_id = cls
