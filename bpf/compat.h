@@ -140,8 +140,7 @@ u32 scx_bpf_dispatch_nr_slots___pyl(void) __ksym __weak;
  * Is a dispatch-buffer slot left in this ops.dispatch call, after `inserted` inserts? Where the
  * kernel cannot say (PYLAND_NO_DISPATCH_SLOTS) the inserts are counted against the default buffer
  * size, SCX_DSP_DFL_MAX_BATCH (pyland does not set ops.dispatch_max_batch). Only there is the
- * count compared: a compared count is tracked exactly by the verifier, and a drain callback that
- * bumps it became a new state at every iteration, until the verifier gave up.
+ * count compared, and the caller keeps it where the verifier does not track its value (a map).
  */
 #define PYL_DISPATCH_BATCH	32
 

@@ -126,6 +126,7 @@ struct task_ctx {
 	u64 bw_held_at;		/* when it was last held aside */
 	/* steer mode */
 	u64 vruntime;		/* CPU time, weighted (x 100 / weight) */
+	u64 queued_weight;	/* its weight in shared.runnable_weight while it is runnable */
 	u32 class_id;		/* its class in `classes` */
 	bool own_params;	/* `params` (its own) apply, not its class's */
 	struct pyland_params params;
@@ -709,9 +710,20 @@ static __always_inline s32 any_cpu(struct task_struct *p, u64 *dsq)
 	return cpu;
 }
 
-/* what one drain in ops.dispatch did */
+/*
+ * What one drain in ops.dispatch did: the decisions it put into the dispatch buffer. The count lives
+ * in a map value, which the verifier does not track: a count on the stack, compared where the kernel
+ * cannot count dispatch slots, was a new verifier state at every callback iteration until it gave up.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u32);
+} drain_inserted SEC(".maps");
+
 struct drain_ctx {
-	u32 inserted;		/* decisions this drain put into the dispatch buffer */
+	u32 *inserted;
 };
 
 /*
@@ -820,7 +832,7 @@ static void apply_decision(const struct pyland_decision *d, struct drain_ctx *dc
 
 		if (bw) {
 			bw_hold(p, tctx, bw, 0, now);
-			dctx->inserted++;
+			(*dctx->inserted)++;
 			goto release;
 		}
 	}
@@ -842,7 +854,7 @@ static void apply_decision(const struct pyland_decision *d, struct drain_ctx *dc
 	 */
 	tctx->dsq_at = pyl_now();
 	insert_ordered(p, dsq, tctx->slice, d->deadline, enq_flags);
-	dctx->inserted++;
+	(*dctx->inserted)++;
 	__sync_fetch_and_add(&shared.nr_dispatched, 1);
 	kick_decided(d, target);
 release:
@@ -870,7 +882,7 @@ static long drain_one(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 		return 0;
 	}
 	apply_decision(d, dctx);
-	return pyl_dispatch_slot_left(dctx->inserted) ? 0 : 1;
+	return pyl_dispatch_slot_left(*dctx->inserted) ? 0 : 1;
 }
 
 /*
@@ -958,15 +970,19 @@ static __always_inline bool shared_dsq_first(s32 cpu)
  */
 static __always_inline u32 drain_decisions(void)
 {
-	struct drain_ctx dctx = {};
+	u32 zero = 0;
+	struct drain_ctx dctx = { .inserted = bpf_map_lookup_elem(&drain_inserted, &zero) };
 	long drained;
 
+	if (!dctx.inserted)	/* never: a one-entry array always has its entry */
+		return 0;
+	*dctx.inserted = 0;
 	if (pyl_dispatch_slot_left(0)) {
 		drained = bpf_user_ringbuf_drain(&dispatched, drain_one, &dctx, 0);
 		if (drained == -EBUSY)
 			__sync_fetch_and_add(&shared.nr_drain_busy, 1);
 	}
-	return dctx.inserted;
+	return *dctx.inserted;
 }
 
 /*
@@ -1074,15 +1090,30 @@ void BPF_STRUCT_OPS(pyland_runnable, struct task_struct *p, u64 enq_flags)
 {
 	struct task_ctx *tctx;
 
-	if (is_usersched(p) || !(enq_flags & SCX_ENQ_WAKEUP))
+	if (is_usersched(p))
 		return;
 	tctx = lookup_task_ctx(p);
 	if (!tctx)
+		return;
+	if (cfg.steer)
+		steer_runnable(p, tctx);
+	if (!(enq_flags & SCX_ENQ_WAKEUP))
 		return;
 	tctx->exec_runtime = 0;	/* woke up: CPU time since the last sleep starts again */
 	tctx->nr_wakeups++;
 	if (tctx->stop_ts)
 		tctx->sleep_ns += pyl_now() - tctx->stop_ts;
+}
+
+void BPF_STRUCT_OPS(pyland_quiescent, struct task_struct *p, u64 deq_flags)
+{
+	struct task_ctx *tctx;
+
+	if (!cfg.steer || is_usersched(p))
+		return;
+	tctx = lookup_task_ctx(p);
+	if (tctx)
+		steer_quiescent(tctx);
 }
 
 void BPF_STRUCT_OPS(pyland_running, struct task_struct *p)
@@ -1439,6 +1470,7 @@ struct sched_ext_ops __name = {							\
 	.enqueue	= (void *)pyland_enqueue,				\
 	.dispatch	= (void *)pyland_dispatch,				\
 	.runnable	= (void *)pyland_runnable,				\
+	.quiescent	= (void *)pyland_quiescent,				\
 	.running	= (void *)pyland_running,				\
 	.stopping	= (void *)pyland_stopping,				\
 	.tick		= (void *)pyland_tick,					\

@@ -4,7 +4,9 @@
  * BPF carries out. The policy sets parameters per task or per class (struct pyland_params, through
  * pyland_update records); BPF applies them on every wake-up and enqueue without waiting:
  *
- *   vruntime   CPU time x 100 / weight, charged in ops.stopping
+ *   vruntime   CPU time x 100 / weight, charged in ops.stopping; vruntime_now, the scale's "now",
+ *              moves by every run's time x 100 / the weight of all runnable tasks, as EEVDF's
+ *              average vruntime does
  *   deadline   vruntime + slice x 100 / weight + the policy's offset; a waking task's vruntime is
  *              first raised to at most lag_ns behind vruntime_now, so sleeping buys bounded credit
  *   placement  an idle CPU in select_cpu (the preferred one first), else the per-CPU (pinned) or
@@ -63,10 +65,34 @@ static __always_inline u64 steer_deadline(struct task_struct *p, struct task_ctx
 	return deadline ?: 1;	/* 0 tells decide() "round-trip mode" (pyland_task.deadline) */
 }
 
-/* ops.stopping: charge the run to the task's vruntime */
+/*
+ * ops.stopping: charge the run to the task's vruntime, and vruntime_now by the run over the weight
+ * of every runnable task, so that "now" passes a waiting task's deadline as the others are served.
+ * (The largest vruntime that got a CPU, which it was, stood still while many short wakers ran, each
+ * below it: a waiting CPU hog's deadline stayed behind theirs until the starvation rescue.)
+ */
 static __always_inline void steer_charge(struct task_struct *p, struct task_ctx *tctx, u64 ran_ns)
 {
+	u64 total = shared.runnable_weight;
+
 	tctx->vruntime += ran_ns * NICE0_WEIGHT / params_weight(task_params(tctx), p);
+	/* the sum is read racily: at least one nice-0 task's worth keeps the pace bounded */
+	if (total < NICE0_WEIGHT)
+		total = NICE0_WEIGHT;
+	__sync_fetch_and_add(&shared.vruntime_now, ran_ns * NICE0_WEIGHT / total);
+}
+
+/* ops.runnable / ops.quiescent: the weight vruntime_now's pace divides by (serialised per task) */
+static __always_inline void steer_runnable(struct task_struct *p, struct task_ctx *tctx)
+{
+	tctx->queued_weight = params_weight(task_params(tctx), p);
+	__sync_fetch_and_add(&shared.runnable_weight, tctx->queued_weight);
+}
+
+static __always_inline void steer_quiescent(struct task_ctx *tctx)
+{
+	__sync_fetch_and_sub(&shared.runnable_weight, tctx->queued_weight);
+	tctx->queued_weight = 0;
 }
 
 /* what wake_preempts needs to know of the task running on a CPU: its class, or its own params */
@@ -95,11 +121,9 @@ static __always_inline bool running_preemptible(const struct cpu_ctx *cctx)
 	return pp && (pp->flags & PYLAND_PARAM_PREEMPTIBLE);
 }
 
-/* ops.running: the largest vruntime on a CPU, which waking tasks are measured against (racy max) */
+/* ops.running: what wake_preempts reads of the task now running */
 static __always_inline void steer_running(struct task_struct *p, struct task_ctx *tctx, struct cpu_ctx *cctx)
 {
-	if ((s64)(tctx->vruntime - shared.vruntime_now) > 0)
-		shared.vruntime_now = tctx->vruntime;
 	if (cctx)
 		note_running(cctx, p->pid, tctx->class_id, tctx->own_params, &tctx->params);
 }

@@ -86,8 +86,8 @@ def test_cyclictest_per_thread_lines() -> None:
                    "cyclictest.T1.min_us": 64, "cyclictest.T1.avg_us": 94, "cyclictest.T1.max_us": 3289}
 
 
-def _independent_p99(text: str, thread: int) -> float:
-    """Every sample listed by its bucket, overflows as infinity, then the value at rank ceil(0.99 n)."""
+def _independent_percentile(text: str, thread: int, pct: int) -> float:
+    """Every sample listed by its bucket, overflows as infinity, then the value at rank ceil(pct/100 n)."""
     lines = text.splitlines()
     start = lines.index("# Histogram") + 1
     samples: list[float] = []
@@ -99,21 +99,25 @@ def _independent_p99(text: str, thread: int) -> float:
     over = next(ln for ln in lines if ln.startswith("# Histogram Overflows:")).split(":")[1].split()
     samples += [math.inf] * int(over[thread])
     samples.sort()
-    return samples[math.ceil(0.99 * len(samples)) - 1]
+    return samples[math.ceil(pct / 100 * len(samples)) - 1]
 
 
-def test_cyclictest_histogram_gives_p99_and_summary() -> None:
+def test_cyclictest_histogram_gives_percentiles_and_summary() -> None:
     text = fixture("cyclictest-hist.txt")
     got = by_name(text)
     for t in (0, 1):
-        assert got[f"cyclictest.T{t}.p99_us"].value == _independent_p99(text, t)
+        for pct in (50, 90, 99):
+            assert got[f"cyclictest.T{t}.p{pct}_us"].value == _independent_percentile(text, t, pct)
+    assert got["cyclictest.T0.p50_us"].value < got["cyclictest.T0.p99_us"].value  # a real spread
     mins = next(ln for ln in text.splitlines() if ln.startswith("# Min Latencies")).split(":")[1].split()
     assert [got[f"cyclictest.T{t}.min_us"].value for t in (0, 1)] == [float(x) for x in mins]
 
 
 def test_cyclictest_p99_among_overflows_is_left_out() -> None:
     text = "# Histogram\n000000 000001\n000001 000000\n# Histogram Overflows: 00005\n"
-    assert "cyclictest.T0.p99_us" not in by_name(text)
+    got = by_name(text)
+    assert "cyclictest.T0.p99_us" not in got and "cyclictest.T0.p90_us" not in got
+    assert "cyclictest.T0.p50_us" not in got  # 1 sample of 6 in the histogram: the median overflowed
 
 
 def test_custom_metrics() -> None:

@@ -1,13 +1,14 @@
 """pyland's steer mode on a real sched_ext kernel (QEMU guest), one boot for the module.
 
-- wake-up preemption: a periodic waker (cyclictest, SCHED_OTHER) beside two CPU hogs; its p99
-  latency stays below one BPF slice, and the counter of the preemption path moved;
+- wake-up preemption: a periodic waker (cyclictest, SCHED_OTHER) beside two CPU hogs; its p90
+  latency stays below half a BPF slice, and the counter of the preemption path moved;
 - a parameter reaches BPF and changes placement: a policy gives two sleepers preferred CPUs, each
   the CPU it was NOT running on, and they move there (nr_pref_cpu);
 - out-of-range parameters are clamped by BPF and counted, with one warning line;
 - a policy stuck in observe() is detached by the watchdog like one stuck in decide().
 
-The default scheduler runs the same waker load first in the same boot, for the figures printed.
+The default scheduler runs the same waker load first in the same boot, for the figures printed, and
+pyland without wake-up preemption after it: the latency bound must tell the two apart.
 """
 
 from __future__ import annotations
@@ -41,6 +42,14 @@ hogs; h=$!; sleep 2   # the policy's reports classify the hogs
 {WAKER} >"$R/waker-pyland.txt" 2>&1
 kill $h; wait $h
 kill -TERM $pid; wait $pid; echo $? >"$R/waker.rc"
+wait_state disabled 30
+$RUN --no-wake-preempt >"$R/waker-nopreempt.log" 2>&1 &
+pid=$!
+wait_state enabled 120
+hogs; h=$!; sleep 2
+{WAKER} >"$R/waker-nopreempt.txt" 2>&1
+kill $h; wait $h
+kill -TERM $pid; wait $pid
 wait_state disabled 30
 
 # 2. preferred CPUs, 3. out-of-range parameters: the prefer policy
@@ -84,7 +93,7 @@ wait $a
 # 4. stuck in observe(): the watchdog detaches within its budget
 export ARM_FILE=/tmp/arm
 rm -f $ARM_FILE
-PYLAND_TEST_MODE=stuck STUCK_FILE=$R/stuck.at $RUN --policy /tmp/test-policies/misbehave.py \
+PYLAND_TEST_MODE=stuck-observe STUCK_FILE=$R/stuck.at $RUN --policy /tmp/test-policies/misbehave.py \
     >"$R/stuck.log" 2>&1 &
 pid=$!
 wait_state enabled 120; echo $? >"$R/stuck.attach.rc"
@@ -146,16 +155,24 @@ def stats(log: str) -> list[dict[str, Any]]:
     return [e for e in json_lines(log) if e.get("event") == "pyland stats"]
 
 
-def p99(text: str) -> float | None:
-    return {m.name: m.value for m in cyclictest(text)}.get("cyclictest.T0.p99_us")
+def latencies(text: str) -> dict[str, float]:
+    return {m.name.split(".")[-1]: m.value for m in cyclictest(text) if m.name.startswith("cyclictest.T0.")}
 
 
 def test_a_periodic_waker_beside_hogs_preempts_within_a_slice(guest: Path) -> None:
+    """Without wake-up preemption the waker waits out a share of the hog's slice, evenly spread: its
+    p90 near nine tenths of a slice. With it, p90 stays under half a slice. (Not the p99: in this
+    guest about 1% of wake-ups wait for a 4 ms timer tick under either scheduler, 1.2% under the
+    default and 1.0% under pyland in one boot, so the p99 lands on the guest's tick, not on the
+    scheduler.)"""
     assert read(guest, "waker.attach.rc").strip() == "0", read(guest, "waker.log")[-2000:]
-    default, pyland = p99(read(guest, "waker-default.txt")), p99(read(guest, "waker-pyland.txt"))
-    print(f"\ncyclictest beside 2 hogs, p99: default {default} us, pyland {pyland} us")
+    default, pyland = latencies(read(guest, "waker-default.txt")), latencies(read(guest, "waker-pyland.txt"))
+    unpreempted = latencies(read(guest, "waker-nopreempt.txt"))
+    print(f"\ncyclictest beside 2 hogs (us): default {default}, pyland {pyland}, "
+          f"pyland --no-wake-preempt {unpreempted}")
     slice_us = DEFAULT_MIN_SLICE_NS / NSEC_PER_USEC
-    assert pyland is not None and pyland < slice_us, read(guest, "waker-pyland.txt")[-1500:]
+    assert "p90_us" in pyland and pyland["p90_us"] < slice_us / 2, read(guest, "waker-pyland.txt")[-1500:]
+    assert unpreempted.get("p90_us", float("inf")) >= slice_us / 2, unpreempted  # what the test tells apart
     lines = stats(read(guest, "waker.log"))
     preempts = [s["nr_wake_preempts"] for s in lines]
     assert preempts and preempts[-1] > 1000, preempts  # 6 s of a 1 kHz waker, hogs beside it

@@ -105,7 +105,7 @@ def stress_ng(text: str) -> list[Metric]:
     return list(out.values())
 
 
-# --- cyclictest: per-thread min/avg/max (and p99 from its histogram, -h) -----------------------
+# --- cyclictest: per-thread min/avg/max (and p50/p90/p99 from its histogram, -h) ----------------
 
 _CYCLIC_ROW = re.compile(
     r"^T: *([0-9]+) +\( *[0-9]+\) +P: *[0-9]+ +I: *[0-9]+ +C: *[0-9]+ +Min: *([0-9]+) +Act: *[0-9]+ +"
@@ -113,6 +113,7 @@ _CYCLIC_ROW = re.compile(
 _CYCLIC_HIST = re.compile(r"^# Histogram\n((?:[0-9]+(?:[ \t]+[0-9]+)+\n)+)", re.M)
 _CYCLIC_SUM = re.compile(r"^# (Min|Avg|Max) Latencies: ([0-9 ]+)$", re.M)
 _CYCLIC_OVER = re.compile(r"^# Histogram Overflows: ([0-9 ]+)$", re.M)
+CYCLIC_PERCENTILES = (50, 90, 99)
 
 
 def _cyclic(thread: int, what: str, value: float) -> Metric:
@@ -120,11 +121,11 @@ def _cyclic(thread: int, what: str, value: float) -> Metric:
     return Metric(name, value, LOWER, "us", "cyclictest")
 
 
-def _cyclic_p99(text: str) -> list[Metric]:
-    """p99 per thread from the histogram: 1-us buckets, then overflows past its end.
+def _cyclic_percentiles(text: str) -> list[Metric]:
+    """p50, p90 and p99 per thread from the histogram: 1-us buckets, then overflows past its end.
 
-    A p99 that falls among the overflows is not known (only that it exceeds the histogram), so
-    it is left out rather than reported as the histogram's end.
+    A percentile that falls among the overflows is not known (only that it exceeds the histogram),
+    so it is left out rather than reported as the histogram's end.
     """
     hist = _last(_CYCLIC_HIST, text)
     over = _last(_CYCLIC_OVER, text)
@@ -138,12 +139,13 @@ def _cyclic_p99(text: str) -> list[Metric]:
         total = sum(r[t + 1] for r in rows) + (overflows[t] if t < len(overflows) else 0)
         if not total:
             continue
-        rank, seen = math.ceil(0.99 * total), 0
-        for r in rows:
-            seen += r[t + 1]
-            if seen >= rank:
-                out.append(_cyclic(t, "p99", float(r[0])))
-                break
+        for pct in CYCLIC_PERCENTILES:
+            rank, seen = math.ceil(pct / 100 * total), 0
+            for r in rows:
+                seen += r[t + 1]
+                if seen >= rank:
+                    out.append(_cyclic(t, f"p{pct}", float(r[0])))
+                    break
     return out
 
 
@@ -159,7 +161,7 @@ def cyclictest(text: str) -> list[Metric]:
             for t, v in enumerate(m.group(2).split()):
                 metric = _cyclic(t, m.group(1).lower(), float(v))
                 out[metric.name] = metric
-    for metric in _cyclic_p99(text):
+    for metric in _cyclic_percentiles(text):
         out[metric.name] = metric
     return list(out.values())
 

@@ -5,6 +5,7 @@ validation see a well-behaved policy), then what PYLAND_TEST_MODE says, in decid
 mode) and in observe() (steer mode) alike:
 
 - stuck:    it never returns (writes the time it got stuck to $STUCK_FILE first);
+- stuck-observe: as stuck, in observe() only (in steer mode decide() also runs, for sync wake-ups);
 - swallow:  as stuck, and swallows every exception, BaseException included;
 - slow:     it sleeps SLOW_S per task;
 - unruly:   decide(): tasks named STARVE_COMM get a deadline behind every other task's, forever;
@@ -37,12 +38,12 @@ class Misbehave(DeadlinePolicy):
         # Created here, not when the policy gets stuck: creating a file on the results disk can
         # block past the budget under TCG, and the watchdog would fire before the time is written.
         self.stuck_fd = -1
-        if self.mode in ("stuck", "swallow"):
+        if self.mode in ("stuck", "swallow", "stuck-observe"):
             stuck_file = os.environ.get("STUCK_FILE", "/tmp/stuck_at")
             self.stuck_fd = os.open(stuck_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
 
-    def _misbehaving(self) -> bool:
-        """Armed (the file exists) and in a mode that stalls: then stall here."""
+    def _misbehaving(self, where: str) -> bool:
+        """Armed (the file exists) and in a mode that stalls here (in `where`): then stall."""
         if not self.armed:
             now = time.monotonic()
             if now < self.next_look:
@@ -51,7 +52,7 @@ class Misbehave(DeadlinePolicy):
             self.armed = os.path.exists(self.arm_file)
             if not self.armed:
                 return False
-        if self.mode in ("stuck", "swallow"):
+        if self.mode in ("stuck", "swallow") or (self.mode == "stuck-observe" and where == "observe"):
             self._get_stuck()
         elif self.mode == "slow":
             time.sleep(self.slow_s)
@@ -59,7 +60,7 @@ class Misbehave(DeadlinePolicy):
 
     def observe(self, task: Task, params: Params) -> bool:
         changed = super().observe(task, params)
-        if not self._misbehaving() or self.mode != "unruly":
+        if not self._misbehaving("observe") or self.mode != "unruly":
             return changed
         params.own = True
         params.weight, params.slice_ns, params.cpu = 50_000, 1000 * 10**9, 9999
@@ -67,7 +68,7 @@ class Misbehave(DeadlinePolicy):
 
     def decide(self, task: Task, decision: Decision) -> None:
         super().decide(task, decision)
-        if not self._misbehaving():
+        if not self._misbehaving("decide"):
             return
         if self.mode == "unruly":
             if task.comm == self.starve:
