@@ -126,7 +126,6 @@ struct task_ctx {
 	u64 bw_held_at;		/* when it was last held aside */
 	/* steer mode */
 	u64 vruntime;		/* CPU time, weighted (x 100 / weight) */
-	u64 queued_weight;	/* its weight in shared.runnable_weight while it is runnable */
 	u32 class_id;		/* its class in `classes` */
 	bool own_params;	/* `params` (its own) apply, not its class's */
 	struct pyland_params params;
@@ -1090,30 +1089,15 @@ void BPF_STRUCT_OPS(pyland_runnable, struct task_struct *p, u64 enq_flags)
 {
 	struct task_ctx *tctx;
 
-	if (is_usersched(p))
+	if (is_usersched(p) || !(enq_flags & SCX_ENQ_WAKEUP))
 		return;
 	tctx = lookup_task_ctx(p);
 	if (!tctx)
-		return;
-	if (cfg.steer)
-		steer_runnable(p, tctx);
-	if (!(enq_flags & SCX_ENQ_WAKEUP))
 		return;
 	tctx->exec_runtime = 0;	/* woke up: CPU time since the last sleep starts again */
 	tctx->nr_wakeups++;
 	if (tctx->stop_ts)
 		tctx->sleep_ns += pyl_now() - tctx->stop_ts;
-}
-
-void BPF_STRUCT_OPS(pyland_quiescent, struct task_struct *p, u64 deq_flags)
-{
-	struct task_ctx *tctx;
-
-	if (!cfg.steer || is_usersched(p))
-		return;
-	tctx = lookup_task_ctx(p);
-	if (tctx)
-		steer_quiescent(tctx);
 }
 
 void BPF_STRUCT_OPS(pyland_running, struct task_struct *p)
@@ -1470,7 +1454,6 @@ struct sched_ext_ops __name = {							\
 	.enqueue	= (void *)pyland_enqueue,				\
 	.dispatch	= (void *)pyland_dispatch,				\
 	.runnable	= (void *)pyland_runnable,				\
-	.quiescent	= (void *)pyland_quiescent,				\
 	.running	= (void *)pyland_running,				\
 	.stopping	= (void *)pyland_stopping,				\
 	.tick		= (void *)pyland_tick,					\

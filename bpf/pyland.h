@@ -217,8 +217,7 @@ struct pyland_shared {
 	__u64 nr_updates;		/* steer: parameter updates applied */
 	__u64 nr_param_clamped;		/* steer: updates with a value out of range, clamped */
 	__u64 nr_pref_cpu;		/* steer: wake-ups placed on their idle preferred CPU */
-	__u64 vruntime_now;		/* steer: the scale's now, EEVDF's average vruntime */
-	__u64 runnable_weight;		/* steer: the weight of every runnable task, vruntime_now's pace */
+	__u64 vruntime_now;		/* steer: the scale's now: every task's charged run, added up */
 	/* written by user space */
 	__u64 nr_consumed;		/* records read from `queued` */
 	__u64 nr_scheduled;		/* tasks read but whose decision is not yet written (the pool) */

@@ -126,7 +126,6 @@ SHARED_COUNTERS = (
     "nr_param_clamped",
     "nr_pref_cpu",
     "vruntime_now",
-    "runnable_weight",
     # written by user space
     "nr_consumed",
     "nr_scheduled",
@@ -145,4 +144,4 @@ EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")
 SHARED_SIZE = EXIT_OFFSET + EXIT_INFO.size
 
 assert TASK.size == 136 and DECISION.size == 48 and UPDATE.size == 56 and CONFIG.size == 112
-assert SHARED_SIZE == 1640
+assert SHARED_SIZE == 1632
