@@ -21,6 +21,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from interrupt import sigint_default
 
 from scxctl.bench.schema import REPORT
 
@@ -238,6 +239,7 @@ def test_sigint_stops_every_child(tmp_path: Path) -> None:
     p = subprocess.Popen(
         [sys.executable, "-m", "scxctl", "bench", "all", "--min-time", "5", "--max-time", "10"],
         env=_env(tmp_path),
+        preexec_fn=sigint_default,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -472,6 +474,7 @@ def test_sigint_unloads_the_scheduler_the_bench_started(fake_kernel: dict[str, A
             "10",
         ],
         env=fake_kernel["env"],
+        preexec_fn=sigint_default,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -19,6 +19,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from interrupt import sigint_default
 
 from scxctl.bench import ab_stats, parsers
 from scxctl.bench.workload import (
@@ -355,10 +356,11 @@ def _pids_of(marker: str) -> list[int]:
 
 
 def test_ctrl_c_stops_the_command_and_exits_130(tmp_path: Path) -> None:
-    marker = "31.4159"
+    marker = f"31.{os.getpid()}"  # this run's own: another run's leftovers must not count
     p = subprocess.Popen([sys.executable, "-m", "scxctl", "bench", "workload", "--compare", "default",
                           "--warmup", "0", "--quiet", "--", "sh", "-c", f"sleep {marker}; sleep {marker}"],
-                         env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=sigint_default)
     deadline = time.monotonic() + 30
     while not any(pid != p.pid for pid in _pids_of(f"sleep {marker}")) and time.monotonic() < deadline:
         time.sleep(0.05)

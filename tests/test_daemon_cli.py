@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from daemon_fakes import REPO, DaemonEnv, daemon_env
+from interrupt import sigint_default
 
 from scxctl.commands.logs import format_line, tail_lines
 from scxctl.daemon import notify
@@ -182,7 +183,8 @@ def test_logs_follow_survives_rotation(tmp_path: Path) -> None:
     env = {**os.environ, "SCXCTL_LOG_DIR": str(logdir), "PYTHONPATH": str(REPO)}
     (logdir / "daemon.log").write_text(json.dumps({"event": "before", "level": "info"}) + "\n")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "scxctl", "logs", "-f", "-n", "5"], env=env, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "scxctl", "logs", "-f", "-n", "5"], env=env, stdout=subprocess.PIPE, text=True,
+        preexec_fn=sigint_default,
     )
     seen: list[str] = []
     reader = threading.Thread(target=lambda: seen.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
