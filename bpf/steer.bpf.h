@@ -72,10 +72,9 @@ static __always_inline u64 steer_deadline(struct task_struct *p, struct task_ctx
 /*
  * ops.stopping: the run is charged to the task's vruntime and to vruntime_now alike, so "now" moves
  * with every task's service: a task left waiting falls behind it, and at its next enqueue the floor
- * (lag_ns behind now) brings its deadline up to the tasks arriving then. (As the largest vruntime
- * that got a CPU, "now" stood still while stress-ng's thousands of short sleepers ran below it: CPU
- * hogs waited for the starvation rescue, 544 times in a 30 s stress, and a pinned 10 ms sleeper
- * waited up to 1.1 s, where the default scheduler kept it under 0.56 s.)
+ * (lag_ns behind now) brings its deadline up to the tasks arriving then. A "now" that moved only
+ * with the running tasks' own vruntime stood still while many short sleepers ran below it, and CPU
+ * hogs then waited for the starvation rescue (docs/architecture.md has the figures).
  */
 static __always_inline void steer_charge(struct task_struct *p, struct task_ctx *tctx, u64 ran_ns)
 {
