@@ -14,7 +14,7 @@ if [ $# -gt 0 ]; then
     exec .venv/bin/python -m pytest "$@"
 fi
 
-SECOND=(tests/test_deb_vm.py tests/test_pyland_safety_vm.py tests/test_daemon_vm.py tests/test_pyland_vm.py)
+SECOND=(tests/test_deb_vm.py tests/test_pyland_safety_vm.py tests/test_daemon_vm.py tests/test_pyland_vm.py tests/test_policy_vm.py)
 logs=$(mktemp -d /tmp/scxctl-test.XXXXXX)
 .venv/bin/python -m pytest -p no:cacheprovider "${SECOND[@]}" >"$logs/second.log" 2>&1 &
 second=$!
