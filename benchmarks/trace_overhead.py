@@ -114,56 +114,59 @@ def program_ns_per_trip(bpf: Any, seconds: float) -> float:
     return (run_time_ns(bpf) - before) / max(trips, 1)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seconds", type=float, default=1.0)
-    p.add_argument("--rounds", type=int, default=10)
-    args = p.parse_args(argv)
-    first, compiled = first_interval_s()
-    programs = {EMPTY: compile_program(FLOOR), TIMED: compile_program(CLOCK),
-                f"traced --comm {NAME}": compile_for(Selector(comms=(NAME,))),
-                "traced, no filter": compile_for(Selector())}
+def compile_programs() -> dict[str, Any]:
+    """The floors and the tracer's programs, compiled and loaded (bcc attaches them): label -> object."""
+    return {EMPTY: compile_program(FLOOR), TIMED: compile_program(CLOCK),
+            f"traced --comm {NAME}": compile_for(Selector(comms=(NAME,))),
+            "traced, no filter": compile_for(Selector())}
+
+
+def rates_by_round(programs: dict[str, Any], rounds: int, seconds: float) -> dict[str, list[float]]:
+    """The round-trip rate of each variant (untraced and each program attached), per round."""
+    variants: list[tuple[str, Any]] = [("untraced", None), *programs.items()]
+    rows: dict[str, list[float]] = {label: [] for label, _ in variants}
+    on: Any = None  # the program attached now
     try:
-        for bpf in programs.values():
-            attach(bpf, False)
-        variants: list[tuple[str, Any]] = [("untraced", None), *programs.items()]
-        rows: dict[str, list[float]] = {label: [] for label, _ in variants}
-        on: Any = None  # the program attached now
-        try:
-            for i in range(args.rounds):
-                # each variant takes each place in a round in turn: a run's place (first after a
-                # compile, right after an attach) must not fall on one row only
-                for label, bpf in rotated(variants, i):
-                    # The next program is attached before the last one leaves: the tracepoints'
-                    # static keys then flip only between untraced and traced runs. Each flip
-                    # patches __schedule's code while the other CPU runs it; under multi-threaded
-                    # TCG one such patch in some hundreds ended the guest ("Oops: int3").
-                    if bpf is not None:
-                        attach(bpf, True)
-                    if on is not None:
-                        attach(on, False)
-                    on = bpf
-                    rows[label].append(rate(args.seconds))
-        finally:
-            if on is not None:
-                attach(on, False)
-        was = BPF_STATS.read_text().strip()
-        BPF_STATS.write_text("1")
-        try:
-            # three passes, each program first in one: measured once each in a fixed order, the
-            # filtered program (always right after the floor) read 1.2-1.6x the unfiltered one's
-            # time in four boots; taking turns, the two were alike
-            samples: dict[str, list[float]] = {k: [] for k in programs}
-            items = list(programs.items())
-            for i in range(3):
-                for k, bpf in rotated(items, i):
-                    samples[k].append(program_ns_per_trip(bpf, args.seconds))
-            per_trip = {k: statistics.median(v) for k, v in samples.items()}
-        finally:
-            BPF_STATS.write_text(was)
+        for i in range(rounds):
+            # each variant takes each place in a round in turn: a run's place (first after a
+            # compile, right after an attach) must not fall on one row only
+            for label, bpf in rotated(variants, i):
+                # The next program is attached before the last one leaves: the tracepoints'
+                # static keys then flip only between untraced and traced runs. Each flip
+                # patches __schedule's code while the other CPU runs it; under multi-threaded
+                # TCG one such patch in some hundreds ended the guest ("Oops: int3").
+                if bpf is not None:
+                    attach(bpf, True)
+                if on is not None:
+                    attach(on, False)
+                on = bpf
+                rows[label].append(rate(seconds))
     finally:
-        for bpf in programs.values():
-            bpf.cleanup()
+        if on is not None:
+            attach(on, False)
+    return rows
+
+
+def run_time_per_trip(programs: dict[str, Any], seconds: float) -> dict[str, float]:
+    """Each program's run time per round trip (kernel.bpf_stats), the median of three passes."""
+    was = BPF_STATS.read_text().strip()
+    BPF_STATS.write_text("1")
+    try:
+        # three passes, each program first in one: measured once each in a fixed order, the
+        # filtered program (always right after the floor) read 1.2-1.6x the unfiltered one's
+        # time in four boots; taking turns, the two were alike
+        samples: dict[str, list[float]] = {k: [] for k in programs}
+        items = list(programs.items())
+        for i in range(3):
+            for k, bpf in rotated(items, i):
+                samples[k].append(program_ns_per_trip(bpf, seconds))
+        return {k: statistics.median(v) for k, v in samples.items()}
+    finally:
+        BPF_STATS.write_text(was)
+
+
+def report(rows: dict[str, list[float]], per_trip: dict[str, float], first: float, compiled: float) -> None:
+    """The table, the verdict against TARGET, the run times, and the whole as one JSON line."""
     med = {k: statistics.median(v) for k, v in rows.items()}
     b = med["untraced"]
     # each run against the untraced run of its own round, seconds apart: the host's drift, which
@@ -200,6 +203,24 @@ def main(argv: list[str] | None = None) -> int:
                       "added_ns_per_trip": {k: round(v) for k, v in added.items()},
                       "overhead_95": {k: [round(1 - hi, 4), round(1 - lo, 4)] for k, (lo, hi) in ci.items()},
                       "first_interval_s": round(first, 2), "compile_s": compiled}))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=1.0)
+    p.add_argument("--rounds", type=int, default=10)
+    args = p.parse_args(argv)
+    first, compiled = first_interval_s()
+    programs = compile_programs()
+    try:
+        for bpf in programs.values():
+            attach(bpf, False)
+        rows = rates_by_round(programs, args.rounds, args.seconds)
+        per_trip = run_time_per_trip(programs, args.seconds)
+    finally:
+        for bpf in programs.values():
+            bpf.cleanup()
+    report(rows, per_trip, first, compiled)
     return 0
 
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * cpu.max for pyland, included by pyland.bpf.c (it uses that file's task_ctx, DSQs and counters).
+ * cpu.max enforcement, a part of pyland's BPF core: it uses only what pyland_common.h declares, and
+ * pyland.bpf.c calls it from its callbacks.
  *
  * Under sched_ext the kernel keeps a cgroup's cpu.max (quota, period, burst) but throttles nothing:
  * since 6.17 it only tells the BPF scheduler, in ops.cgroup_init and ops.cgroup_set_bandwidth. This
@@ -23,6 +24,8 @@
 #ifndef __PYLAND_CGROUP_BW_H
 #define __PYLAND_CGROUP_BW_H
 
+#include "pyland_common.h"
+
 #define HELD_DSQ		(MAX_CPUS + 2)
 #define BW_MAX_CGROUPS		4096
 #define BW_INF			((u64)~0ULL)	/* cpu.max "max": no quota */
@@ -31,8 +34,7 @@
 /*
  * cfg.bw_max_hold_ns (2 s unless told): a task held this long is released even while its cgroup is
  * throttled. The kernel's watchdog ejects the scheduler when a runnable task waits timeout_ms (5 s),
- * and a tiny quota shared by many tasks (cpu.max "1000 1000000" over a hundred hogs) would make
- * them wait longer than that.
+ * and a tiny quota shared by many tasks would make them wait longer than that.
  */
 
 struct {
@@ -95,12 +97,10 @@ static __always_inline u64 bw_allowance(const struct pyland_cgroup_bw *bw)
  * are kept: `used` only ever changes by atomic adds and by this one subtraction.
  *
  * Unused quota becomes credit up to burst_ns, as the kernel's cpu.max.burst. An overspend (a task
- * runs until the next tick after its cgroup ran out) is carried as debt and paid with the next
- * periods' quota, as the fair class pays a negative runtime_remaining. A tick is not always 4 ms
- * late: a vCPU the host does not run (single-threaded TCG switches vCPUs every 100 ms) charges its
- * whole absence at once, and forgetting all but one quota of that let a 20% cgroup use 26-35%.
- * The debt is bounded by what the hold bound lets it keep a task waiting (bw_max_debt): past that,
- * held tasks run anyway, and more debt would only hold them to no effect.
+ * runs until the next tick after its cgroup ran out, and a tick can come many periods late) is
+ * carried as debt and paid with the next periods' quota, as the fair class pays a negative
+ * runtime_remaining. The debt is bounded by what the hold bound lets it keep a task waiting
+ * (bw_max_debt): past that, held tasks run anyway, and more debt would only hold them to no effect.
  */
 static __always_inline u64 bw_max_debt(const struct pyland_cgroup_bw *bw)
 {
@@ -141,8 +141,7 @@ static __always_inline void bw_roll(struct pyland_cgroup_bw *bw, u64 now)
 
 /*
  * The chain walks are global functions, not inlined: the verifier checks a global function once,
- * on its own, instead of again at every caller and in every iteration of a caller's loop (inlined,
- * they made pyland's load take 18 s instead of 4 under TCG, most of it verification).
+ * on its own, instead of again at every caller and in every iteration of a caller's loop.
  */
 
 /* the id of the nearest cgroup of the task's chain that is out of budget; 0 when none is */
@@ -244,8 +243,8 @@ static __always_inline void bw_arm(u64 at, u64 now)
 
 /*
  * When a held task may go: at its cgroup's period end, or once it was held cfg.bw_max_hold_ns,
- * whichever comes first. The period end alone let a task wait a whole period past the bound when
- * the period is the longer (cpu.max periods go up to 1 s).
+ * whichever comes first. The period end alone would let a task wait a whole period past the bound
+ * when the period is the longer (cpu.max periods go up to 1 s).
  */
 static __always_inline u64 bw_release_at(const struct pyland_cgroup_bw *bw, u64 held_at)
 {
@@ -264,6 +263,34 @@ static __always_inline void bw_hold(struct task_struct *p, struct task_ctx *tctx
 	__sync_fetch_and_add(&bw->nr_held, 1);
 	__sync_fetch_and_add(&shared.nr_bw_held, 1);
 	bw_arm(bw_release_at(bw, now), now);
+}
+
+/*
+ * ops.enqueue, and a decision that arrives for a task: a task of a throttled cgroup waits aside.
+ * True when it does. Callers check bw_active() first.
+ */
+static __always_inline bool bw_hold_if_throttled(struct task_struct *p, struct task_ctx *tctx, u64 enq_flags)
+{
+	u64 now = bpf_ktime_get_ns();
+	struct pyland_cgroup_bw *bw = bw_throttled(tctx, now);
+
+	if (!bw)
+		return false;
+	bw_hold(p, tctx, bw, enq_flags, now);
+	return true;
+}
+
+/* ops.tick: charge the running task, and stop it if that used up its cgroup's quota; true then */
+static __always_inline bool bw_tick(struct task_struct *p, struct task_ctx *tctx)
+{
+	u64 now = bpf_ktime_get_ns();
+
+	bw_charge(p, tctx, now);
+	if (!bw_throttled(tctx, now))
+		return false;
+	pyl_set_slice(p, 0);
+	__sync_fetch_and_add(&shared.nr_bw_preempted, 1);
+	return true;
 }
 
 /*
@@ -286,9 +313,8 @@ static __always_inline void bw_release_held(u64 now)
 	pyl_iter_dsq_new(&it, HELD_DSQ, 0);
 	/*
 	 * bpf_for bounds the scan, not a counter of our own: the verifier follows a counter compared
-	 * with a constant through every value it takes (256 walks of this body, over 240k
-	 * instructions and seconds of load time under emulation), where bpf_for's index is a range
-	 * whose loop states converge after a few passes.
+	 * with a constant through every value it takes, where bpf_for's index is a range whose loop
+	 * states converge after a few passes.
 	 */
 	bpf_for(i, 0, BW_RELEASE_SCAN_MAX) {
 		struct pyland_cgroup_bw *bw;
@@ -334,6 +360,13 @@ static int bw_timer_fn(void *map, int *key, struct bw_timer *t)
 		pyl_kick_cpu(cpu, SCX_KICK_IDLE);
 	pyl_kick_cpu(bpf_get_smp_processor_id(), SCX_KICK_PREEMPT);
 	return 0;
+}
+
+/* the cgroup has no quota (any more), or is gone: out of the map */
+static __always_inline void bw_forget(u64 id)
+{
+	if (!bpf_map_delete_elem(&cgroup_bw, &id))
+		__sync_fetch_and_sub(&shared.nr_bw_cgroups, 1);
 }
 
 /* cpu.max of one cgroup changed (or is first seen): a new period starts now */

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * One pyland object for every kernel with sched_ext from 6.12 through 7.3 (tested: each Debian
- * trixie-backports kernel from 6.16 on).
+ * One pyland object for every kernel with sched_ext from 6.12 through 7.3.
  *
  * vmlinux.h is included with BPF_NO_KFUNC_PROTOTYPES: every sched_ext kfunc pyland calls is declared
  * here, `__ksym __weak`, under a flavoured name. libbpf (>= 1.3) strips the last `___suffix` when it
@@ -55,11 +54,11 @@ void bpf_rcu_read_unlock(void) __ksym;
  * The verifier passes some kfuncs the calling program's `struct bpf_prog_aux *` itself, as a last,
  * implicit argument (7.2: it tells the kfunc which scheduler calls it). Kernels from 7.3 on, and most
  * 7.2 builds, describe such a kfunc in BTF without that argument and add a second `NAME_impl` entry
- * with it; but several Debian 7.2 kernels (7.2.6, 7.2.9, 7.2.11, 7.2.12, each a different set) carry
- * only the prototype *with* `aux` under the plain name. libbpf refuses an extern whose prototype
- * differs from the kernel's ("func_proto ... incompatible with vmlinux") unless it is weak, in which
- * case it leaves it unresolved. So each of these kfuncs is declared weak as `___pyl`, the way
- * programs call it, and bpf_ksym_exists() tells whether this kernel offers it that way.
+ * with it; but some 7.2 builds carry, for some of these kfuncs, only the prototype *with* `aux`
+ * under the plain name. libbpf refuses an extern whose prototype differs from the kernel's
+ * ("func_proto ... incompatible with vmlinux") unless it is weak, in which case it leaves it
+ * unresolved. So each of these kfuncs is declared weak as `___pyl`, the way programs call it, and
+ * bpf_ksym_exists() tells whether this kernel offers it that way.
  *
  * Where it does not, the verifier cannot call it either: it looks for `NAME_impl` ("cannot find
  * function NAME_impl in BTF"). Each such kfunc has a fallback below (enum pyland_compat in

@@ -2,6 +2,10 @@
 /*
  * pyland: the BPF core of a sched_ext scheduler whose decisions are made in Python.
  *
+ * One compilation unit: this file has the struct_ops callbacks; cgroup_bw.h (cpu.max enforcement)
+ * and steer.bpf.h (steer mode) are parts of it, and pyland_common.h declares what they all share.
+ * docs/design-notes.md has the measurements and the history behind the choices made here.
+ *
  * Flow: ops.enqueue sends each task that needs a decision to user space through the `queued` ring
  * buffer; the Python loop (scxctl/pyland/loop.py) answers with one pyland_decision per task through
  * the `dispatched` user ring buffer; ops.dispatch drains those decisions into DSQs:
@@ -11,8 +15,8 @@
  *   SCHED_DSQ                      only the scheduler process itself
  *   HELD_DSQ                       tasks whose cgroup is out of cpu.max quota (cgroup_bw.h)
  *
- * Kernels that cannot create DSQs or walk them (pyl_custom_dsqs() false: Debian 7.2.9 and 7.2.12,
- * see compat.h) get the same flow on the kernel's built-in DSQs, which are FIFO:
+ * Kernels that cannot create DSQs or walk them (pyl_custom_dsqs() false, see compat.h) get the same
+ * flow on the kernel's built-in DSQs, which are FIFO:
  *
  *   SCX_DSQ_LOCAL_ON | cpu         tasks user space placed on a CPU
  *   SCX_DSQ_GLOBAL                 tasks for any CPU, and the BPF-side fallbacks
@@ -40,39 +44,24 @@
 #include <bpf/bpf_core_read.h>
 #include "pyland.h"
 #include "compat.h"
+#include "pyland_common.h"
+#include "cgroup_bw.h"
+#include "steer.bpf.h"
 
 char _license[] SEC("license") = "GPL";
 
-#define MAX_CPUS		1024
-#define SHARED_DSQ		MAX_CPUS
-#define SCHED_DSQ		(MAX_CPUS + 1)
 #define USERSCHED_SLICE_NS	(20ULL * 1000 * 1000)	/* bounded: a runaway policy cannot own a CPU */
 #define NR_QUEUED_RECORDS	4096	/* decisions the user ring holds */
 #define RESCUE_PERIOD_NS	(20ULL * 1000 * 1000)
 #define RESCUE_SCAN_MAX		32
 /* pending work without a record consumed for this many policy budgets stops pyland (heartbeat) */
 #define PROGRESS_BUDGETS	10
-/* cpu.max: the cgroups charged for a task, its own and its nearest ancestors (cgroup_bw.h) */
-#define BW_MAX_LEVELS		8
 
-/* Set by user space before load (see struct pyland_config); the only variable in .rodata. */
-const volatile struct pyland_config cfg = {
-	.slice_ns = 3000ULL * 1000,	/* R5: BPF default/refill slice 3 ms, not the 20 ms user budget */
-	.usersched_tgid = 0,
-	.builtin_idle = 1,		/* R8 */
-	.timer_ns = 100ULL * 1000 * 1000,
-	.max_backlog = 1024,
-	.starve_ns = 1000ULL * 1000 * 1000,
-	.direct_wake_ns = 20ULL * 1000 * 1000,
-	.max_slice_ns = 20ULL * 1000 * 1000,
-	.stall_ns = 100ULL * 1000 * 1000,
-	.new_direct = 1,
-	.bw_max_hold_ns = 2000ULL * 1000 * 1000,
-	.steer = 1,
-	.lag_ns = 20ULL * 1000 * 1000,
-	.report_ns = 100ULL * 1000 * 1000,
-	.preempt_gap_ns = 750ULL * 1000,
-};
+/*
+ * The only variable in .rodata. User space writes every member before load, from `scxctl run`'s
+ * options (open_configured in scxctl/pyland/scheduler.py): no default here to drift from those.
+ */
+const volatile struct pyland_config cfg;
 
 /* Counters and exit info shared with user space; the only variable in .bss (offset 0). */
 struct pyland_shared shared;
@@ -83,84 +72,10 @@ struct {
 	__uint(max_entries, 512 * 1024);
 } queued SEC(".maps");
 
-/* steer mode: what tasks did, for observe(); read at the loop's pace, never waking it */
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 256 * 1024);
-} reports SEC(".maps");
-
-/* steer mode: the parameters of each class the policy defined (pyland_update with pid 0) */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, PYLAND_NR_CLASSES);
-	__type(key, u32);
-	__type(value, struct pyland_params);
-} classes SEC(".maps");
-
 struct {
 	__uint(type, BPF_MAP_TYPE_USER_RINGBUF);
 	__uint(max_entries, NR_QUEUED_RECORDS * (sizeof(struct pyland_decision) + 8));
 } dispatched SEC(".maps");
-
-struct task_ctx {
-	u64 enq_cnt;		/* generation: bumped on every enqueue; decisions must echo it (R7) */
-	u64 start_ts;
-	u64 stop_ts;
-	u64 exec_runtime;
-	u64 run_ns;		/* CPU time since its last record (pyland_task.run_ns) */
-	u64 record_at;		/* when its last record was reserved */
-	u64 vtime;		/* vruntime from the last decision, echoed to user space */
-	u64 deadline;		/* last DSQ ordering key, reused by the BPF-side fallbacks */
-	u64 dsq_at;		/* when it was last inserted into a per-CPU or the shared DSQ */
-	u64 slice;		/* slice of the last decision, reused by a direct wake-up */
-	u64 direct_gen;		/* enq_cnt of the last enqueue BPF placed itself and told quietly */
-	u64 wake_gen;		/* enq_cnt of the last wake-up (only its decision moves the grant) */
-	bool direct_wake;	/* the grant: the policy's last answer to a wake-up asked for direct wake-ups */
-	bool enqueued;		/* enqueued since this attachment's ops.init_task (new_direct) */
-	bool bw_was_held;	/* held aside for cpu.max since its last record (told to user space) */
-	bool yielded;		/* its slice was cut so that the scheduler could run (pyland_tick) */
-	u32 bw_nr;		/* entries of bw_chain */
-	u64 cgroup_id;		/* its cgroup (cpu controller), set at init and on every move */
-	u64 bw_chain[BW_MAX_LEVELS];	/* ids of its cgroup and ancestors, nearest first */
-	u64 bw_charged_exec;	/* se.sum_exec_runtime its CPU time was last charged up to */
-	u64 bw_held_at;		/* when it was last held aside */
-	/* steer mode */
-	u64 vruntime;		/* CPU time, weighted (x 100 / weight) */
-	u32 class_id;		/* its class in `classes` */
-	bool own_params;	/* `params` (its own) apply, not its class's */
-	struct pyland_params params;
-	/* reported with its next record, then zeroed */
-	u32 nr_wakeups;
-	s32 waker;		/* pid of the task current when it was last woken (select_cpu) */
-	u64 sleep_ns;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct task_ctx);
-} task_ctx_stor SEC(".maps");
-
-struct cpu_ctx {
-	u64 served_at;		/* when a dispatch here last took from (or found empty) its DSQs */
-	u64 running_deadline;	/* deadline of the task running here; 0: none to preempt for */
-	bool usersched_queued;	/* built-in DSQs: the scheduler waits in this CPU's local DSQ */
-	u64 rescue_scan_at;	/* last starvation scan of this CPU's DSQ (see rescue_starved) */
-	/* steer: the running task, for wake_preempts: its class, or its own params' preemptibility */
-	u64 preempted_at;	/* when a wake-up last preempted this CPU */
-	s32 running_pid;
-	u32 running_class;
-	bool running_own;	/* the running task has params of its own: running_preemptible applies */
-	bool running_preemptible;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, MAX_CPUS);
-	__type(key, u32);
-	__type(value, struct cpu_ctx);
-} cpu_ctx_stor SEC(".maps");
 
 struct heartbeat {
 	struct bpf_timer timer;
@@ -178,24 +93,6 @@ _Static_assert(sizeof(struct pyland_decision) == 48, "pyland_decision layout cha
 /* the drain tells an update from a decision by its size */
 _Static_assert(sizeof(struct pyland_update) == 56, "pyland_update layout changed: update records.py");
 
-static __always_inline struct task_ctx *lookup_task_ctx(const struct task_struct *p)
-{
-	return bpf_task_storage_get(&task_ctx_stor, (struct task_struct *)p, 0, 0);
-}
-
-static __always_inline struct cpu_ctx *lookup_cpu_ctx(s32 cpu)
-{
-	u32 key = cpu;
-
-	return bpf_map_lookup_elem(&cpu_ctx_stor, &key);
-}
-
-/* a task that may not leave its CPU (migrate_disable()); the field exists from 6.15 (CO-RE) */
-static __always_inline bool migration_disabled(const struct task_struct *p)
-{
-	return bpf_core_field_exists(p->migration_disabled) && BPF_CORE_READ(p, migration_disabled);
-}
-
 /*
  * R2: every hook tells the scheduler's threads apart by TGID, never by PID. A Python process can
  * have more than one thread (the interpreter, libraries); checking the PID in one hook and the TGID
@@ -211,7 +108,7 @@ static __always_inline bool is_usersched(const struct task_struct *p)
  * kthread (ksoftirqd, kworker/N, rcu...) or a memory-reclaim thread stuck behind the Python process
  * can deadlock it (the Python scheduler page-faults -> needs kswapd -> which waits for Python).
  * Unbound kthreads too: sched_ext's own watchdog runs from an unbound kworker, and one left waiting
- * behind a wake-up flood ejected pyland in the VM ("watchdog failed to check in for 5.004s").
+ * behind a wake-up flood lets the watchdog eject pyland.
  */
 static __always_inline bool is_critical_kthread(const struct task_struct *p)
 {
@@ -232,31 +129,9 @@ static __always_inline bool usersched_has_pending(void)
 	       bpf_ringbuf_query(&queued, BPF_RB_AVAIL_DATA) > 0;
 }
 
-static __always_inline u64 cpu_dsq(s32 cpu)
-{
-	if (!pyl_custom_dsqs())
-		return SCX_DSQ_LOCAL_ON | (u32)cpu;
-	return (u64)cpu;
-}
-
-static __always_inline u64 shared_dsq(void)
-{
-	return pyl_custom_dsqs() ? SHARED_DSQ : SCX_DSQ_GLOBAL;
-}
-
-/* insert with the policy's deadline as ordering key; FIFO into built-in DSQs, which refuse vtime */
-static __always_inline void insert_ordered(struct task_struct *p, u64 dsq_id, u64 slice, u64 deadline,
-					   u64 enq_flags)
-{
-	if (pyl_custom_dsqs())
-		pyl_dsq_insert_vtime(p, dsq_id, slice, deadline, enq_flags);
-	else
-		pyl_dsq_insert(p, dsq_id, slice, enq_flags);
-}
-
 /*
  * Direct wake-up grant. A Python round trip costs every wake-up the queue, a scheduler wake-up, a
- * decision and a drain: under the schtest adaptive_priority load that was the whole fast-wake latency.
+ * decision and a drain: for a latency-critical task that is most of its wake-up latency.
  * When the policy's last answer to a wake-up of a task asked for direct wake-ups
  * (PYLAND_DECISION_DIRECT_WAKE: it judged the task latency-critical), BPF places the task's next
  * wake-up itself, at the head of its CPU's local DSQ, and still publishes the record, marked
@@ -268,12 +143,8 @@ static __always_inline void insert_ordered(struct task_struct *p, u64 dsq_id, u6
  * and ops.dispatch only runs when the local DSQ runs dry. So the grant holds only while nobody waits
  * in those three DSQs or on a CPU whose dispatch served its DSQs within direct_wake_ns (one BPF
  * slice): a stream of granted tasks cannot keep a waiting task out for longer than that (then
- * their wake-ups queue like any other). Without the local DSQ in that check, a thousand
- * granted sleepers on one CPU kept a rescued task at its tail until the kernel's watchdog ejected
- * pyland. A dispatch that ran the scheduler instead does not count: under a flood of granted
- * sleepers the local DSQ ran dry only now and then, each such dispatch renewed the grant, and
- * every other one went to the scheduler, so a pinned task preempted once waited 0.2-1 s. With a
- * window of one budget (20 ms) instead of one slice it still waited up to 0.6 s behind them.
+ * their wake-ups queue like any other). A dispatch that ran the scheduler instead does not count:
+ * under a flood of granted sleepers every such dispatch would renew the grant.
  */
 static __always_inline bool direct_wake_allowed(const struct task_ctx *tctx, s32 cpu, u64 enq_flags)
 {
@@ -296,10 +167,6 @@ static __always_inline bool direct_wake_allowed(const struct task_ctx *tctx, s32
 	return false;
 }
 
-static __always_inline u64 fallback_deadline(struct task_ctx *tctx);
-
-#include "cgroup_bw.h"
-
 /*
  * Has the policy overrun its budget? User space stamps policy_since (CLOCK_MONOTONIC, the clock of
  * bpf_ktime_get_ns) before each call into the policy and clears it after the batch. The stamp and the clock
@@ -319,12 +186,12 @@ static __always_inline bool policy_stalled(u64 now, u64 budget)
  * past the latest deadline that got a CPU (vtime_now) as the policy's own decisions land on average.
  * A deadline of 0 would put every child of a fork storm ahead of all the tasks already waiting. The
  * lead is in the policy's units, whatever they are: a policy counting arrivals (fifo) has deadlines
- * a few units apart, and a fixed lead of one slice in nanoseconds put new tasks behind twenty
- * million future decisions, where only the starvation rescue, one task per scan, got them out.
+ * a few units apart, and a fixed lead in nanoseconds would put new tasks behind millions of its
+ * future decisions.
  *
  * Any other task keeps its last deadline, but not one older than vtime_now: under overload BPF places
  * the same tasks again and again without the policy seeing them, and an old deadline that never
- * advances let them pass every task the policy placed since, until one of those starved.
+ * advances would let them pass every task the policy placed since, until one of those starved.
  */
 static __always_inline u64 fallback_deadline(struct task_ctx *tctx)
 {
@@ -368,8 +235,8 @@ static __always_inline void track_deadline_lead(u64 deadline)
 /*
  * Flags for submitting a reserved record: does it wake the Python loop? A direct wake-up's record
  * is news, not work: the task already runs, and waking the scheduler for it (an IPI, a wake-up,
- * often on the very CPU the woken task is about to run on) cost every direct wake-up about a fifth
- * of its latency under TCG. So it is submitted quietly, and read with the next batch.
+ * often on the very CPU the woken task is about to run on) would slow every direct wake-up. So it
+ * is submitted quietly, and read with the next batch.
  *
  * The ring's own (adaptive) notification wakes the reader only when the record is the first one
  * it has not consumed. Behind an unread quiet record that is never true, so a record with work in
@@ -426,7 +293,7 @@ static __always_inline void fill_record(struct pyland_task *rec, struct task_str
  * Hand the task to the policy (decide()); false when it cannot go, counted, and the caller places it.
  *
  * Overload: a task queued behind max_backlog others waits for all of them to be decided (about
- * max_backlog / decisions-per-second), which under a wake-up flood on a slow machine reached the
+ * max_backlog / decisions-per-second), which under a wake-up flood on a slow machine can reach the
  * watchdog timeout. Past that backlog BPF schedules the task itself; the difference of two
  * single-writer counters may be momentarily stale, which only moves the threshold by a few records.
  * A policy stuck in decide() holds every task it was handed: user space detaches pyland soon after
@@ -473,8 +340,8 @@ static __always_inline bool place_granted(struct task_struct *p, struct task_ctx
 		/*
 		 * The slice was cut for the scheduler, not by the policy: the task keeps its deadline,
 		 * on its CPU's DSQ if pinned, else on the shared DSQ, where the first free CPU takes it
-		 * (on its own CPU's it waited for the one CPU it was cut on). The record still goes out,
-		 * quietly, so the policy charges the run.
+		 * (on its own CPU's it would wait for the one CPU it was cut on). The record still goes
+		 * out, quietly, so the policy charges the run.
 		 */
 		tctx->direct_gen = tctx->enq_cnt;
 		place_in_order(p, tctx, p->nr_cpus_allowed == 1 ? cpu_dsq(cpu) : shared_dsq(), pyl_now(),
@@ -510,8 +377,7 @@ static void roundtrip_enqueue(struct task_struct *p, struct task_ctx *tctx, u64 
 		/*
 		 * A fork, or a task older than the attach: the policy knows nothing of it, so a round
 		 * trip buys no better place than BPF's own, behind the running deadlines, and sends no
-		 * record (its decision could only store what the next record starts from anyway). In a
-		 * fork storm that round trip was most of the cost of a short-lived process.
+		 * record (its decision could only store what the next record starts from anyway).
 		 */
 		place_in_order(p, tctx, shared_dsq(), pyl_now(), enq_flags);
 		pyl_kick_cpu(cpu, SCX_KICK_IDLE);
@@ -540,8 +406,6 @@ static void roundtrip_enqueue(struct task_struct *p, struct task_ctx *tctx, u64 
 	pyl_kick_cpu(cpu, SCX_KICK_IDLE);
 }
 
-#include "steer.bpf.h"
-
 s32 BPF_STRUCT_OPS(pyland_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
 {
 	struct task_ctx *tctx;
@@ -553,8 +417,8 @@ s32 BPF_STRUCT_OPS(pyland_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 	/*
 	 * The scheduler goes through enqueue to SCHED_DSQ, never to a local DSQ directly (R3), but
 	 * to an idle CPU when there is one: enqueue kicks the CPU chosen here, and an idle CPU runs
-	 * it at once. Staying on prev_cpu left it queued behind the very tasks it had to decide (all
-	 * of schtest's adaptive_priority is pinned to one CPU) while the other CPU idled.
+	 * it at once. Staying on prev_cpu would queue it behind the very tasks it must decide while
+	 * another CPU idles.
 	 */
 	if (is_usersched(p)) {
 		cpu = pyl_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
@@ -648,15 +512,8 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 	tctx->yielded = false;
 
 	/* cpu.max: a task whose cgroup is out of quota waits aside, neither run nor sent to user space */
-	if (bw_active()) {
-		u64 now = bpf_ktime_get_ns();
-		struct pyland_cgroup_bw *bw = bw_throttled(tctx, now);
-
-		if (bw) {
-			bw_hold(p, tctx, bw, enq_flags, now);
-			return;
-		}
-	}
+	if (bw_active() && bw_hold_if_throttled(p, tctx, enq_flags))
+		return;
 	/*
 	 * SCX_OPS_ENQ_LAST: ops.dispatch found nothing else for this CPU and did not extend the task's
 	 * slice, which it does for every task but the scheduler and a throttled one (held above).
@@ -676,10 +533,9 @@ void BPF_STRUCT_OPS(pyland_enqueue, struct task_struct *p, u64 enq_flags)
 /*
  * Does a task placed with `deadline` on `cpu` preempt the task running there? When its deadline is
  * earlier by more than one BPF slice. A decision arrives a Python round trip after its task left
- * the CPU, and meanwhile that CPU took someone else for a whole slice: a task pinned there lost
- * that slice every time, and its vruntime lead never bought it the CPU back (schtest fairness,
- * where the pinned spinners fell up to 10% behind the unpinned ones). The margin keeps two tasks with
- * nearly equal deadlines from preempting each other on every decision.
+ * the CPU, and meanwhile that CPU took someone else for a whole slice: a task pinned there would
+ * lose that slice every time, and its vruntime lead would never buy it the CPU back. The margin
+ * keeps two tasks with nearly equal deadlines from preempting each other on every decision.
  */
 static __always_inline bool deadline_passes_running(s32 cpu, u64 deadline)
 {
@@ -712,7 +568,7 @@ static __always_inline s32 any_cpu(struct task_struct *p, u64 *dsq)
 /*
  * What one drain in ops.dispatch did: the decisions it put into the dispatch buffer. The count lives
  * in a map value, which the verifier does not track: a count on the stack, compared where the kernel
- * cannot count dispatch slots, was a new verifier state at every callback iteration until it gave up.
+ * cannot count dispatch slots, is a new verifier state at every callback iteration.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -780,9 +636,9 @@ static __always_inline s32 decision_target(struct task_struct *p, const struct p
 
 /*
  * R4: a PREEMPT request is always honoured: no "ran for less than X" guard that would drop it
- * without retry (one that dropped preemptions of tasks that ran under 100 us lost most fast
- * wake-ups of a ping-pong). Without one, a deadline more than a slice earlier than the running
- * task's still preempts it (deadline_passes_running); otherwise an idle target is woken.
+ * without retry (it would drop the fast wake-ups of a ping-pong). Without one, a deadline more
+ * than a slice earlier than the running task's still preempts it (deadline_passes_running);
+ * otherwise an idle target is woken.
  */
 static __always_inline void kick_decided(const struct pyland_decision *d, s32 target)
 {
@@ -825,22 +681,16 @@ static void apply_decision(const struct pyland_decision *d, struct drain_ctx *dc
 		goto release;
 	}
 	/* the cgroup ran out of quota while the policy decided: the task waits aside after all */
-	if (bw_active()) {
-		u64 now = bpf_ktime_get_ns();
-		struct pyland_cgroup_bw *bw = bw_throttled(tctx, now);
-
-		if (bw) {
-			bw_hold(p, tctx, bw, 0, now);
-			(*dctx->inserted)++;
-			goto release;
-		}
+	if (bw_active() && bw_hold_if_throttled(p, tctx, 0)) {
+		(*dctx->inserted)++;
+		goto release;
 	}
 	target = decision_target(p, d, &dsq);
 	/*
-	 * Without kicks (built-in DSQs on every such kernel so far) an insert into another CPU's local
-	 * DSQ wakes that CPU if idle, and SCX_ENQ_PREEMPT ends its current task's slice: R4's
-	 * preemption, where the task is placed on a CPU. Deadline preemption is left out: in a FIFO
-	 * DSQ the task would not be next, only the running task would lose its slice.
+	 * Without kicks, on built-in DSQs, an insert into another CPU's local DSQ wakes that CPU if
+	 * idle, and SCX_ENQ_PREEMPT ends its current task's slice: R4's preemption, where the task is
+	 * placed on a CPU. Deadline preemption is left out: in a FIFO DSQ the task would not be next,
+	 * only the running task would lose its slice.
 	 */
 	if (!pyl_can_kick() && !pyl_custom_dsqs() && target != bpf_get_smp_processor_id() &&
 	    dsq != shared_dsq() && (d->flags & PYLAND_DECISION_PREEMPT)) {
@@ -887,16 +737,14 @@ static long drain_one(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 /*
  * Starvation rescue. The DSQs are ordered by the policy's deadlines, and a policy may keep giving
  * newcomers earlier deadlines than a waiting task (a flood of boosted, preempting wake-ups against
- * a CPU hog did exactly that in the VM: stress-ng-cpu ejected with ERROR_STALL after 6.8 s). Every
- * RESCUE_PERIOD_NS one dispatch scans up to RESCUE_SCAN_MAX tasks from the tail of a DSQ and runs the
- * first that has waited starve_ns, so the policy's ordering cannot turn into a watchdog ejection.
- * A rescued task goes to the head of the local DSQ: at its tail, a stream of granted wake-ups
- * inserted at the head would keep it waiting still.
+ * a CPU hog). Every RESCUE_PERIOD_NS one dispatch scans up to RESCUE_SCAN_MAX tasks from the tail
+ * of a DSQ and runs the first that has waited starve_ns, so the policy's ordering cannot turn into
+ * a watchdog ejection. A rescued task goes to the head of the local DSQ: at its tail, a stream of
+ * granted wake-ups inserted at the head would keep it waiting still.
  *
- * One task per period is a trickle against an overload: a thousand stress-ng sleepers on one CPU
- * left starving tasks faster than that, and one of them reached the watchdog. So while a scan finds
- * starving tasks (shared.starving), every dispatch scans, and no wake-up is granted a place ahead
- * of them (direct_wake_allowed), until a scan finds none.
+ * One task per period is a trickle against an overload, which can leave starving tasks faster
+ * than that. So while a scan finds starving tasks (shared.starving), every dispatch scans, and no
+ * wake-up is granted a place ahead of them (direct_wake_allowed), until a scan finds none.
  */
 static int rescue_starved(u64 dsq_id, u64 now, s32 this_cpu)
 {
@@ -946,7 +794,7 @@ static __always_inline bool dsq_head_deadline(u64 dsq_id, u64 *deadline)
 
 /*
  * Both DSQs are ordered by the policy's deadlines, which share one vtime scale. Taking this CPU's
- * DSQ first whatever its deadlines made a task pinned here win every time against the tasks any
+ * DSQ first whatever its deadlines would make a task pinned here win every time against the tasks any
  * CPU could run, and the unpinned ones make up the difference elsewhere only if there is room.
  * A head can be taken by another CPU between this look and the move: the move then takes the
  * next task of that DSQ, or the caller falls through to the other DSQ.
@@ -964,8 +812,7 @@ static __always_inline bool shared_dsq_first(s32 cpu)
 
 /*
  * R3 (1): finished decisions first. Running the scheduler before its decisions were applied makes
- * it decide again while the tasks it already placed still wait (yielding without draining first
- * made schtest adaptive_priority over a hundred times worse). Returns the tasks it inserted.
+ * it decide again while the tasks it already placed still wait. Returns the tasks it inserted.
  */
 static __always_inline u32 drain_decisions(void)
 {
@@ -997,8 +844,8 @@ static __always_inline void keep_running(struct task_struct *prev)
 /*
  * A task about to trip the watchdog goes before everything else (see rescue_starved). This CPU's
  * DSQ has a period of its own: only this CPU can run its tasks (those pinned here), and with one
- * period for the machine the CPUs that dispatch more often took most scans, so a pinned 10 ms
- * sleeper waited 1.6 to 4 s instead of starve_ns. True when a task was rescued onto this CPU.
+ * period for the machine the CPUs that dispatch more often would take most scans. True when a task
+ * was rescued onto this CPU.
  */
 static __always_inline bool rescue_due(s32 cpu, struct cpu_ctx *cctx, u64 now)
 {
@@ -1183,16 +1030,8 @@ void BPF_STRUCT_OPS(pyland_tick, struct task_struct *p)
 	if (is_usersched(p))
 		return;
 	/* cpu.max: charge the running task, and stop it if that used up its cgroup's quota */
-	if (bw_active() && (tctx = lookup_task_ctx(p))) {
-		u64 now = bpf_ktime_get_ns();
-
-		bw_charge(p, tctx, now);
-		if (bw_throttled(tctx, now)) {
-			pyl_set_slice(p, 0);
-			__sync_fetch_and_add(&shared.nr_bw_preempted, 1);
-			return;
-		}
-	}
+	if (bw_active() && (tctx = lookup_task_ctx(p)) && bw_tick(p, tctx))
+		return;
 	if (cfg.steer && (tctx = lookup_task_ctx(p)))
 		steer_report(p, tctx, pyl_now());
 	/*
@@ -1267,10 +1106,7 @@ s32 BPF_STRUCT_OPS(pyland_cgroup_init, struct cgroup *cgrp, struct scx_cgroup_in
 
 void BPF_STRUCT_OPS(pyland_cgroup_exit, struct cgroup *cgrp)
 {
-	u64 id = cgrp->kn->id;
-
-	if (!bpf_map_delete_elem(&cgroup_bw, &id))
-		__sync_fetch_and_sub(&shared.nr_bw_cgroups, 1);
+	bw_forget(cgrp->kn->id);
 }
 
 void BPF_STRUCT_OPS(pyland_cgroup_move, struct task_struct *p, struct cgroup *from, struct cgroup *to)
@@ -1288,18 +1124,12 @@ void BPF_STRUCT_OPS(pyland_cgroup_set_bandwidth, struct cgroup *cgrp, u64 period
 }
 
 /*
- * R9: heartbeat. Nothing notifies the kernel when user space writes decisions, and a scheduler
- * that is runnable but never picked would let the watchdog eject pyland. Every timer_ns, if work
- * is pending and the scheduler has not run for a period, kick a CPU into ops.dispatch: an idle one
- * if there is one, else preempt the CPU the scheduler last used.
- */
-/*
  * The backstop for a user space that cannot act: its own watchdog detaches pyland when the policy
  * overruns its budget, but a process stopped (SIGSTOP), or stuck in native code that holds the
  * interpreter lock, runs no watchdog. Pending work with no record consumed, or a policy running,
  * for PROGRESS_BUDGETS budgets stops pyland here: the kernel's watchdog would wait timeout_ms (5 s)
  * with every task handed to user space stranded. Wall time, so not at the user-space watchdog's
- * budget: a loop kept off-CPU (a CPU going offline under TCG held it 400 ms) is not stuck.
+ * budget: a loop kept off-CPU for a while (a CPU going offline) is not stuck.
  */
 static void check_progress(void)
 {
@@ -1310,8 +1140,8 @@ static void check_progress(void)
 	/*
 	 * The clock starts when user space stamps progress_at as its loop begins: ops.init arms this
 	 * timer at the start of the attach, and records queue while the kernel moves every task over,
-	 * with the loop still waiting for its attach call to return. A first attach on a busy TCG host
-	 * took over a second of that, and the heartbeat stopped pyland before its loop had begun.
+	 * with the loop still waiting for its attach call to return, which on a busy host can take
+	 * longer than the bound.
 	 */
 	if (!cfg.stall_ns || !shared.progress_at)
 		return;
@@ -1328,6 +1158,12 @@ static void check_progress(void)
 	}
 }
 
+/*
+ * R9: heartbeat. Nothing notifies the kernel when user space writes decisions, and a scheduler
+ * that is runnable but never picked would let the watchdog eject pyland. Every timer_ns, if work
+ * is pending and the scheduler has not run for a period, kick a CPU into ops.dispatch: an idle one
+ * if there is one, else preempt the CPU the scheduler last used.
+ */
 static int heartbeat_fn(void *map, int *key, struct heartbeat *hb)
 {
 	u64 now = pyl_now();

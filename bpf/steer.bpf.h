@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * Steer mode, a part of pyland.bpf.c (included once, after its maps and helpers): the policy steers,
- * BPF carries out. The policy sets parameters per task or per class (struct pyland_params, through
- * pyland_update records); BPF applies them on every wake-up and enqueue without waiting:
+ * Steer mode, a part of pyland's BPF core: it uses only what pyland_common.h declares, and
+ * pyland.bpf.c calls it from its callbacks.
+ *
+ * The policy steers, BPF carries out. The policy sets parameters per task or per class (struct
+ * pyland_params, through pyland_update records); BPF applies them on every wake-up and enqueue
+ * without waiting:
  *
  *   vruntime   CPU time x 100 / weight, charged in ops.stopping, to the task and to vruntime_now
  *   deadline   vruntime + (time awake + slice) x 100 / weight + the policy's offset; the vruntime is
@@ -20,10 +23,26 @@
 #ifndef __PYLAND_STEER_BPF_H
 #define __PYLAND_STEER_BPF_H
 
+#include "pyland_common.h"
+
 #define NICE0_WEIGHT		100
 #define MAX_WEIGHT		10000
 #define MIN_PARAM_SLICE_NS	(50ULL * 1000)		/* a shorter slice would mostly be switch cost */
 #define MAX_PARAM_LAG_NS	(1000LL * 1000 * 1000)	/* offsets beyond 1 s only starve or rescue */
+
+/* steer mode: what tasks did, for observe(); read at the loop's pace, never waking it */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} reports SEC(".maps");
+
+/* steer mode: the parameters of each class the policy defined (pyland_update with pid 0) */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PYLAND_NR_CLASSES);
+	__type(key, u32);
+	__type(value, struct pyland_params);
+} classes SEC(".maps");
 
 /* the task's parameters: its own, or its class's; NULL only if the class map failed (defaults) */
 static __always_inline const struct pyland_params *task_params(struct task_ctx *tctx)
@@ -73,8 +92,7 @@ static __always_inline u64 steer_deadline(struct task_struct *p, struct task_ctx
  * ops.stopping: the run is charged to the task's vruntime and to vruntime_now alike, so "now" moves
  * with every task's service: a task left waiting falls behind it, and at its next enqueue the floor
  * (lag_ns behind now) brings its deadline up to the tasks arriving then. A "now" that moved only
- * with the running tasks' own vruntime stood still while many short sleepers ran below it, and CPU
- * hogs then waited for the starvation rescue (docs/architecture.md has the figures).
+ * with the running tasks' own vruntime would stand still while many short sleepers run below it.
  */
 static __always_inline void steer_charge(struct task_struct *p, struct task_ctx *tctx, u64 ran_ns)
 {
@@ -159,9 +177,8 @@ static __always_inline s32 steer_select_cpu(struct task_struct *p, struct task_c
  * (a CPU hog), with a later deadline (the scheduler, kernel threads and idle CPUs have none:
  * running_deadline 0), and only for a waking task that is not preemptible itself. A preemption
  * then always hands a hog's CPU to a task that is never preempted in turn: no chain of wakers
- * preempting each other, the storm that made scx_bpfland give the feature up (hackbench ran 5.9
- * times as long as without it when any task awake for a quarter slice was preemptible), and no
- * more preemptions than the hog gets its CPU back; and at most one per preempt_gap_ns on a CPU.
+ * preempting each other (a preemption storm), and no more preemptions than the hog gets its CPU
+ * back; and at most one per preempt_gap_ns on a CPU.
  */
 static __always_inline bool wake_preempts(struct task_struct *p, struct task_ctx *tctx,
 					  const struct pyland_params *pp, s32 cpu, u64 now)
@@ -277,8 +294,8 @@ static __always_inline bool reports_due(u64 now)
 
 /*
  * An update's parameters brought into range; 1 when something had to be. A global function: the
- * verifier checks it once, on its own. Inlined into the drain callback, each of its branches
- * doubled the paths through the callback's iterations, past the verifier's million instructions.
+ * verifier checks it once, on its own. Inlined into the drain callback, each of its branches would
+ * double the paths the verifier walks through the callback's iterations.
  */
 __noinline int clamp_params(struct pyland_params *pp, s32 nr_cpus)
 {

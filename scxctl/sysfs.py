@@ -7,7 +7,6 @@ malformed and unreadable files without touching the machine.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 from dataclasses import dataclass
@@ -120,6 +119,13 @@ class SchedExtStatus:
         return self.state == STATE_ENABLED
 
 
+def ops_matches(ops: str | None, name: str) -> bool:
+    """Whether root/ops names scheduler `name`. scx's Rust schedulers register their name with their
+    version and target appended (`rustland_1.0.14_g5e4a2f5_x86_64_unknown_linux_gnu`); the kernel's C
+    examples and pyland register the bare name."""
+    return ops is not None and (ops == name or ops.startswith(name + "_"))
+
+
 def _int_or_none(text: str | None) -> int | None:
     try:
         return int(text) if text is not None else None
@@ -180,33 +186,6 @@ def read_sched_ext(sysroot: SysRoot | None = None) -> SchedExtStatus:
 
 
 VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
-BANDWIDTH_HOOK = "cgroup_set_bandwidth"  # in struct sched_ext_ops since 6.17: cpu.max reaches BPF
-
-
-def sched_ext_ops_members(sysroot: SysRoot | None = None) -> tuple[str, ...] | None:
-    """The members of the running kernel's struct sched_ext_ops, from its BTF: which callbacks it
-    can call. Empty when the BTF has no such struct (no sched_ext); None when it is missing or
-    unreadable."""
-    path = (sysroot or SysRoot()).path(VMLINUX_BTF)
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return _struct_members(str(path), st.st_size, st.st_mtime_ns, "sched_ext_ops")
-
-
-@functools.lru_cache(maxsize=8)
-def _struct_members(path: str, size: int, mtime_ns: int, name: str) -> tuple[str, ...] | None:
-    """Cached by the file's identity: the kernel's BTF only changes with a reboot, and pyland asks
-    again on every restart the kernel requests (e.g. at each CPU hotplug)."""
-    from scxctl.bpf.errors import BpfError
-    from scxctl.bpf.libbpf import btf_struct_members
-
-    try:
-        members = btf_struct_members(Path(path), name)
-    except (OSError, BpfError):
-        return None
-    return members if members is not None else ()
 
 
 def sysrq_reset_sched_ext(sysroot: SysRoot | None = None) -> None:

@@ -67,16 +67,3 @@ def report_error(exc: ScxctlError, prog: str = "scxctl") -> None:
     if exc.hint:
         sys.stderr.write(f"{prog}: hint: {exc.hint}\n")
     sys.stderr.flush()
-
-
-def fmt_ns(ns: float | None) -> str:
-    """A duration for people: 850ns, 12.3us, 4.56ms, 1.20s ("-" when unknown)."""
-    if ns is None:
-        return "-"
-    if ns < 1e3:
-        return f"{ns:.0f}ns"
-    if ns < 1e6:
-        return f"{ns / 1e3:.1f}us"
-    if ns < 1e9:
-        return f"{ns / 1e6:.2f}ms"
-    return f"{ns / 1e9:.2f}s"

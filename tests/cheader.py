@@ -42,3 +42,25 @@ def defines(prefix: str, header: Path = PYLAND_H) -> dict[str, str]:
         m.group(1): m.group(2).strip()
         for m in re.finditer(rf"^#define\s+{re.escape(prefix)}(\w+)[ \t]+([^\n]*)$", _source(header), re.M)
     }
+
+
+def enum_values(name: str, header: Path = PYLAND_H) -> dict[str, int]:
+    """`enum NAME { A = expr, ... };`: member -> value, for members given as integer expressions of
+    literals and shifts (all the header's enums are); others make it fail loudly."""
+    found = re.search(rf"\benum\s+{re.escape(name)}\s*\{{([^{{}}]*)\}}\s*;", _source(header))
+    if found is None:
+        raise AssertionError(f"enum {name} not found in {header}")
+    out = {}
+    for item in found.group(1).split(","):
+        if not item.strip():
+            continue
+        member, eq, expr = item.partition("=")
+        if not eq or not re.fullmatch(r"[\s\dxXa-fA-F<>|()]+", expr):
+            raise AssertionError(f"cannot read the enum member {item.strip()!r} of enum {name}")
+        out[member.strip()] = int(eval(expr))  # literals and shifts only, checked above
+    return out
+
+
+def c_int(text: str) -> int:
+    """The value of a C integer literal such as `0x70796c01LL`, `(-1)` or `1ULL`."""
+    return int(re.sub(r"(?<=[0-9a-fA-F])[uUlL]+$", "", text.strip().strip("()")), 0)

@@ -197,11 +197,13 @@ def fake_config(tmp: Path, standin: Path, group: str = "nogroup", **limits: Any)
         "ejecty": ("ejecty", {"auto": ["eject-after", "0.4"]}),
         "silent": ("silent", {"auto": ["silent-eject-after", "0.4"]}),
         "hotplug": ("hotplug", {"auto": ["reattach-after", "0.5"]}),
+        # as scx's Rust schedulers register: the configured name, then version, git and target
+        "versioned": ("versioned_1.0.14_g3c5df27_x86_64_unknown_linux_gnu", {"auto": ["ok"]}),
     }
-    for name, (ops, modes) in schedulers.items():
+    for name, (registered, modes) in schedulers.items():
         out.append(f"[schedulers.{name}]")
-        out.append(f"command = [{py}, {sp}, {json.dumps(ops)}]")
-        out.append(f'ops = "{ops}"')
+        out.append(f"command = [{py}, {sp}, {json.dumps(registered)}]")
+        out.append(f'ops = "{name}"')
         out.append(f"[schedulers.{name}.modes]")
         out += [f"{m} = {json.dumps(a)}" for m, a in modes.items()]
     return "\n".join(out) + "\n"

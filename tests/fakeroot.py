@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scxctl.btf import Kind
+from scxctl.bpf.btf import Kind
 from scxctl.doctor.model import CommandOutput, DoctorContext
 from scxctl.sysfs import SysRoot
 

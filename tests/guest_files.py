@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,3 +55,14 @@ def json_lines(text: str) -> list[dict[str, Any]]:
             except ValueError:
                 continue
     return out
+
+
+def steady_rate(samples: Sequence[Sequence[float]], trim_s: float = 1.0) -> float:
+    """CPU seconds per second from (seconds, usage_usec) samples of a cgroup's cpu.stat, less the
+    first and last `trim_s`: what a CPU limit allows while its load runs. A cgroup's total also
+    counts its load starting and ending under the limit, which takes as long as the host makes it."""
+    first, last = samples[0][0] + trim_s, samples[-1][0] - trim_s
+    kept = [(t, u) for t, u in samples if first <= t <= last]
+    assert len(kept) >= 2 and kept[-1][0] - kept[0][0] >= 2.0, f"too few samples: {samples}"
+    (t0, u0), (t1, u1) = kept[0], kept[-1]
+    return (u1 - u0) / 1e6 / (t1 - t0)

@@ -14,7 +14,7 @@ import pytest
 
 from scxctl.bench import converge as cv
 from scxctl.bench.runner import TESTS, BenchOptions, _status, exit_code, validate
-from scxctl.bench.scheduler import check_can_start, ops_matches, parse_scheduler
+from scxctl.bench.scheduler import check_can_start, parse_scheduler
 from scxctl.bench.stats import DIGEST_SIZE, TDigest, histogram, summarize
 from scxctl.bench.topology import check_cpu, load_topology, parse_cpu_list, process_cpu_time_s
 from scxctl.errors import ExitCode, ScxctlError, UsageError
@@ -261,13 +261,6 @@ def test_parse_scheduler_forms(tmp_path: Path) -> None:
         parse_scheduler(str(tmp_path / "scx_missing"))
     with pytest.raises(UsageError):
         parse_scheduler("default", partial=True)
-
-
-def test_ops_matches() -> None:
-    assert ops_matches("pyland", "pyland")
-    assert ops_matches("rustland_1.0.4_g1_x86_64", "rustland")
-    assert not ops_matches("pylandx", "pyland")
-    assert not ops_matches(None, "pyland")
 
 
 def _sched_ext_tree(root: Path, state: str = "disabled", ops: str | None = None, caps: str = "") -> SysRoot:

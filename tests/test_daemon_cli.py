@@ -53,7 +53,7 @@ def test_enable_switch_disable_and_errors(d: DaemonEnv) -> None:
     assert bad.returncode == 2
     assert (
         bad.stderr.splitlines()[0] == "scxctl: error: unknown scheduler 'scx_nope' (configured: pyland, "
-        "crashy, ejecty, fake, hangy, hotplug, mute, silent)"
+        "crashy, ejecty, fake, hangy, hotplug, mute, silent, versioned)"
     )
     assert scx(d, "enable", "fake", "--mode", "turbo").returncode == 2  # typer's own choice check
     assert scx(d, "switch", "--mode", "gaming").returncode == 2  # nothing enabled yet

@@ -37,6 +37,16 @@ def test_enable_verifies_kernel_and_reports_reality(d: DaemonEnv) -> None:
     assert enabled and enabled[-1]["pid"] == pid and enabled[-1]["reason"] == "verified"
 
 
+def test_a_scheduler_that_registers_its_version_is_verified(d: DaemonEnv) -> None:
+    """root/ops shows `versioned_1.0.14_...` for the configured `versioned`: that is it running."""
+    reply = d.request("enable", {"scheduler": "versioned"})
+    assert reply["ok"], reply
+    assert reply["result"]["kernel"]["ops"] == "versioned_1.0.14_g3c5df27_x86_64_unknown_linux_gnu"
+    assert d.events("scheduler_enabled")[-1]["reason"] == "verified"
+    time.sleep(1.0)  # five monitor intervals: the monitor must not take it for another scheduler
+    assert d.status()["supervisor"]["phase"] == "running" and len(d.standin_starts()) == 1
+
+
 def test_enable_twice_keeps_the_running_child(d: DaemonEnv) -> None:
     assert d.request("enable", {"scheduler": "fake"})["ok"]
     pid = d.status()["supervisor"]["pid"]

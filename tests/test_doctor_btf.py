@@ -1,4 +1,4 @@
-"""The BTF reader (scxctl.btf) and the kernel.btf check.
+"""The BTF readers (scxctl.bpf.btf) and the kernel.btf check.
 
 Real BTF comes from two producers checked against bpftool as the oracle: the running kernel's
 /sys/kernel/btf/vmlinux and a C file compiled by clang -g -target bpf. Hand-built blobs (every
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from fakeroot import SCHED_EXT_OPS_MEMBERS, BtfBuilder, FakeRoot, context, every_kind_btf
 
-from scxctl.btf import Btf, BTFError, Kind, find_struct, parse_header
+from scxctl.bpf.btf import Btf, BTFError, Kind, find_struct, parse_header
 from scxctl.doctor import checks_btf
 from scxctl.doctor.model import Status
 
@@ -301,7 +301,7 @@ json.dump({r.id: r.to_json() for r in results}, sys.stdout)
 
 
 def test_check_needs_no_libbpf_so_the_verdict_keeps_the_kernel_apart(tmp_path: Path) -> None:
-    """Why scxctl.btf parses BTF itself: without libbpf.so.1 only pyland is out, not the kernel."""
+    """Why scxctl.bpf.btf has a reader of its own: without libbpf.so.1 only pyland is out."""
     proc = subprocess.run([sys.executable, "-c", _WITHOUT_LIBBPF, str(TESTS), str(tmp_path)],
                           capture_output=True, text=True, timeout=60, check=True)
     rows = json.loads(proc.stdout)
@@ -312,13 +312,13 @@ def test_check_needs_no_libbpf_so_the_verdict_keeps_the_kernel_apart(tmp_path: P
     assert (verdict["details"]["can_run_sched_ext"], verdict["details"]["can_run_pyland"]) == (True, False)
 
 
-# libbpf's parser (scxctl.bpf.libbpf.btf_struct_members), which pyland's loader asks instead of the
+# libbpf's parser (scxctl.bpf.btf.btf_struct_members), which pyland's loader asks instead of the
 # Python reader for speed, checked against the Python reader on the same blobs
 
 
 @pytest.mark.skipif(not VMLINUX.exists(), reason="this kernel exposes no /sys/kernel/btf/vmlinux")
 def test_libbpf_and_python_readers_agree_on_the_kernels_structs() -> None:
-    from scxctl.bpf.libbpf import btf_struct_members
+    from scxctl.bpf.btf import btf_struct_members
 
     for name in ("task_struct", "rq", "cgroup"):
         mine = find_struct(VMLINUX.read_bytes(), name)
@@ -327,8 +327,8 @@ def test_libbpf_and_python_readers_agree_on_the_kernels_structs() -> None:
 
 
 def test_libbpf_reader_on_hand_built_blobs(tmp_path: Path) -> None:
+    from scxctl.bpf.btf import btf_struct_members
     from scxctl.bpf.errors import BpfError
-    from scxctl.bpf.libbpf import btf_struct_members
 
     with_ops, without = tmp_path / "with_ops", tmp_path / "without"
     with_ops.write_bytes(every_kind_btf(with_ops=True))
@@ -345,8 +345,8 @@ def test_libbpf_reader_on_hand_built_blobs(tmp_path: Path) -> None:
 
 def test_member_offsets_see_through_anonymous_members(tmp_path: Path) -> None:
     """As C names them: cgroup.ancestors sits in an anonymous union on recent kernels."""
+    from scxctl.bpf.btf import btf_member_offsets
     from scxctl.bpf.errors import BpfError
-    from scxctl.bpf.libbpf import btf_member_offsets
 
     assert CLANG, "clang-19 is installed by scripts/install.sh"
     src, obj = tmp_path / "anon.c", tmp_path / "anon.o"

@@ -203,7 +203,7 @@ def test_quota_warning_never_fails_the_verdict(tmp_path: Path) -> None:
 
 def test_every_kind_btf_has_no_hook() -> None:
     """The shared fake kernel BTF predates 6.17: the check must read it as 'no hooks'."""
-    from scxctl.btf import find_struct
+    from scxctl.bpf.btf import find_struct
 
     ops = find_struct(every_kind_btf(), "sched_ext_ops")
     assert ops is not None and "cgroup_set_bandwidth" not in ops.members

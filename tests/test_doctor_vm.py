@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from scxctl.btf import Btf, Kind
+from scxctl.bpf.btf import Btf, Kind
 
 # single-threaded TCG: nothing here depends on the vCPUs running side by side
 pytestmark = [pytest.mark.vm, pytest.mark.tcg_single]

@@ -8,7 +8,9 @@ from cheader import defines, struct_members
 from scxctl.errors import ExitCode, ScxctlError
 from scxctl.pyland import records
 from scxctl.pyland.loop import update_values
+from scxctl.pyland.options import RunOptions
 from scxctl.pyland.policies import BUILTIN_POLICIES, DEFAULT_POLICY
+from scxctl.pyland.policies.loader import load_policy
 from scxctl.pyland.policy import (
     DECISION_FIELDS,
     NR_CLASSES,
@@ -62,8 +64,10 @@ def test_comm_text_strips_padding() -> None:
 
 
 def test_options_defaults_keep_budget_and_bpf_slice_apart() -> None:
+    """The budget a policy charges against is several BPF slices: a task is refilled a few times
+    before the policy hears it used its budget up."""
     opts = PolicyOptions(nr_cpus=2)
-    assert (opts.slice_ns, opts.min_slice_ns, opts.builtin_idle) == (20_000_000, 3_000_000, True)
+    assert opts.slice_ns >= 4 * opts.min_slice_ns > 0
 
 
 @pytest.mark.parametrize(
@@ -111,9 +115,11 @@ def test_batch_end_hook_only_when_overridden() -> None:
     assert hooked.seen == [5]
 
 
-def test_builtins() -> None:
-    assert sorted(BUILTIN_POLICIES) == ["deadline", "fifo"]
-    assert DEFAULT_POLICY == "deadline"
+def test_builtins_load_and_scxctl_run_defaults_to_the_default_one() -> None:
+    for name in BUILTIN_POLICIES:
+        policy = load_policy(name, PolicyOptions(nr_cpus=2))
+        assert isinstance(policy, Policy) and type(policy).steers(), name
+    assert RunOptions().policy == DEFAULT_POLICY in BUILTIN_POLICIES
 
 
 def test_params_are_the_c_parameters_with_the_task_s_class() -> None:

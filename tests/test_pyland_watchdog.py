@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,13 @@ def test_a_stuck_policy_is_detached_and_interrupted_with_its_location(tmp_path: 
     assert elapsed < 1.0
 
 
+def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "the watchdog thread never looked"
+        time.sleep(0.005)
+
+
 def test_a_policy_within_its_budget_is_left_alone() -> None:
     c = counters()
     detached: list[int] = []
@@ -78,7 +86,8 @@ def test_a_policy_within_its_budget_is_left_alone() -> None:
         c[POLICY_SINCE] = time.monotonic_ns()
         time.sleep(0.01)
         c[POLICY_SINCE] = 0
-    time.sleep(0.1)  # idle: policy_since is 0
+    looked = wd.looks
+    wait_for(lambda: wd.looks >= looked + 2)  # two looks at an idle loop: policy_since is 0
     wd.stop()
     assert detached == [] and wd.report is None
 
@@ -92,9 +101,10 @@ def test_a_stamp_already_old_when_first_seen_counts_one_period_of_its_age() -> N
     wd = PolicyWatchdog(c, budget_ns, "late", __file__, lambda: detached.append(time.monotonic()))
     c[POLICY_SINCE] = time.monotonic_ns() - 2_000_000_000
     wd.start()
-    time.sleep(0.06)  # the watchdog looked once (or twice): 50 + 10 ms of 200 counted
+    wait_for(lambda: wd.looks >= 1)  # the first look: one period (50 ms) of the stamp's age counted
     c[POLICY_SINCE] = 0
-    time.sleep(0.1)
+    looked = wd.looks
+    wait_for(lambda: wd.looks >= looked + 2)
     assert detached == [] and wd.report is None
     # the same kind of stamp, never cleared: a stuck policy, caught one budget after the first look
     t0 = time.monotonic()

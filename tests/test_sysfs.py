@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from fakeroot import RELEASE, FakeRoot
 
-from scxctl.sysfs import SysRoot, nr_cpu_ids, read_sched_ext
+from scxctl.sysfs import SysRoot, nr_cpu_ids, ops_matches, read_sched_ext
 
 
 def test_default_root_is_slash_and_env_overrides(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -88,3 +88,18 @@ def test_nr_cpu_ids_is_one_past_the_highest_possible_cpu_not_a_count(tmp_path: P
     assert nr_cpu_ids(fake.sysroot) == 4
     fake.write("/sys/devices/system/cpu/possible", "")  # the kernel does not say: the CPU count
     assert nr_cpu_ids(fake.sysroot) == (os.cpu_count() or 1)
+
+
+@pytest.mark.parametrize(("ops", "name", "runs"), [
+    ("pyland", "pyland", True),  # the kernel's C examples and pyland: the bare name
+    ("simple", "simple", True),
+    # scx's Rust schedulers: name, version, git describe and target, non-alphanumerics as `_`
+    ("rustland_1.0.14_g3c5df27_x86_64_unknown_linux_gnu", "rustland", True),
+    ("lavd_1.0.12_g8c3f1a2_dirty_x86_64_unknown_linux_gnu_debug", "lavd", True),
+    ("bpfland_1.0.14_x86_64_unknown_linux_gnu", "bpf", False),  # another scheduler's prefix
+    ("pylandx", "pyland", False),
+    ("pyland", "rustland", False),
+    (None, "pyland", False),  # nothing loaded
+])
+def test_ops_matches_the_names_schedulers_register(ops: str | None, name: str, runs: bool) -> None:
+    assert ops_matches(ops, name) is runs

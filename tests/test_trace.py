@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from pathlib import Path
 from typing import Any
 
@@ -110,18 +109,6 @@ def test_mean_is_exact_from_the_kernels_sum_and_follows_intervals() -> None:
     assert est is not None and abs(est - 1400) < 0.25 * 1400
 
 
-def test_wake_ups_are_stamped_on_the_wakers_side() -> None:
-    # sched_wakeup of a wake-up queued to another CPU fires there, after the IPI and the idle exit
-    # the woken task waits through; sched_waking fires in the waker, in the same try_to_wake_up
-    probes = re.findall(r"RAW_TRACEPOINT_PROBE\((\w+)\)", wakeup.program(wakeup.Selector(), LAYOUT))
-    assert sorted(probes) == ["sched_switch", "sched_wakeup_new", "sched_waking"]
-
-
-def test_the_program_sums_each_groups_delays() -> None:
-    text = wakeup.program(wakeup.Selector(comms=("a", "b")), LAYOUT)
-    assert "BPF_PERCPU_ARRAY(sumv, u64, GROUPS);" in text and "*sum += d;" in text
-
-
 class FakePerCpu:
     """A bcc per-CPU array: a key reads as one value per CPU; `Leaf()` is all zeros."""
 
@@ -161,21 +148,8 @@ def test_text_rendering_scales_bars_to_the_fullest_row() -> None:
     assert lines[0].endswith("|" + "*" * 10 + "|")
     assert "|*" in lines[-1] and lines[-1].count("*") == 1
 
-# the generated program: kernel structs read at the offsets of a layout, never through headers
-
-LAYOUT = wakeup.Layout({
-    "task_struct": {"pid": 1000, "tgid": 1004, "comm": 1500, "cgroups": 2000},
-    "css_set": {"dfl_cgrp": 112},
-    "cgroup": {"kn": 256, "level": 216, "ancestors": 2224},
-    "kernfs_node": {"id": 96},
-})
-
-
-def test_program_filters_on_the_woken_tasks_name_and_tgid() -> None:
-    text = wakeup.program(wakeup.Selector(tgid=42, comms=("ab",)), LAYOUT)
-    assert "(const char *)p + 1004);" in text and "if (tgid != 42)" in text
-    assert "(const char *)p + 1500);" in text and "c[0] == 97 && c[1] == 98 && c[2] == 0" in text
-    assert "#include" not in text and "cgroup" not in text and "task_struct" not in text
+# what the program reads of the kernel: members at the offsets of its BTF, never through headers
+# (the program itself is tested in test_trace_program.py)
 
 
 def test_the_layout_asks_only_for_what_the_filter_reads() -> None:
@@ -208,21 +182,8 @@ def test_a_member_the_kernel_lacks_is_exit_7() -> None:
     assert err.value.code == ExitCode.BPF and "task_struct.no_such_member" in str(err.value)
 
 
-def test_program_groups_names_and_prefix_has_no_terminator() -> None:
-    text = wakeup.program(wakeup.Selector(comms=("x", "y"), prefix="scx"), LAYOUT)
-    assert "return 0;" in text and "return 1;" in text and "#define GROUPS 2" in text
-    assert "c[0] == 115 && c[1] == 99 && c[2] == 120)" in text
-    start = text.index("group_of(const void *p)")
-    group_of = text[start:text.index("static __always_inline struct stamp *slot_for")]
-    assert group_of.rstrip().endswith("return -1;\n}"), group_of  # nothing after the last name's test
-
-
-def test_long_names_match_the_kernels_15_characters() -> None:
-    text = wakeup.program(wakeup.Selector(comms=("a" * 20,)), LAYOUT)
-    assert "c[14] == 97" in text and "c[15]" not in text
-
-
-def test_cgroup_filter_uses_the_woken_tasks_ancestor_at_the_cgroups_level(tmp_path: Path) -> None:
+def test_a_cgroup_is_its_directorys_inode_and_depth(tmp_path: Path) -> None:
+    # the program compares the woken task's ancestor at that depth with that id (the kernfs id)
     (tmp_path / "cgroup.controllers").write_text("cpu\n")
     d = tmp_path / "a" / "b"
     d.mkdir(parents=True)
@@ -230,11 +191,9 @@ def test_cgroup_filter_uses_the_woken_tasks_ancestor_at_the_cgroups_level(tmp_pa
     ref = wakeup.resolve_cgroup("/a/b", root=tmp_path)
     assert (ref.level, ref.id) == (2, d.stat().st_ino)
     assert wakeup.resolve_cgroup(str(d), root=tmp_path) == ref
-    text = wakeup.program(wakeup.Selector(cgroup=ref), LAYOUT)
-    assert "(const char *)p + 2000);" in text and "(const char *)cs + 112);" in text
-    assert "(const char *)cg + 2240);" in text  # ancestors[2]: 2224 + 2 pointers
-    assert "(const char *)anc + 256);" in text and "(const char *)kn + 96);" in text
-    assert f"id != {ref.id}ULL" in text and "#include" not in text
+    layout = wakeup.Layout({"task_struct": {"pid": 8, "cgroups": 16}})
+    prelude = wakeup.prelude(wakeup.Selector(cgroup=ref), layout).splitlines()
+    assert f"#define FILTER_CGROUP_ID {ref.id}ULL" in prelude and "#define FILTER_CGROUP_LEVEL 2" in prelude
 
 
 def test_unknown_cgroup_is_a_usage_error(tmp_path: Path) -> None:

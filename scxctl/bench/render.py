@@ -11,7 +11,7 @@ from rich.table import Table
 
 from scxctl.bench.converge import Measurement
 from scxctl.bench.stats import HIST_EDGES_NS
-from scxctl.ui import fmt_ns
+from scxctl.units import fmt_ns
 
 _BARS = "▁▂▃▄▅▆▇█"
 _STATUS_STYLE = {

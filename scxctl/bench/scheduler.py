@@ -24,7 +24,7 @@ from typing import IO, Any
 from scxctl.caps import CAP_BPF, CAP_NAMES, CAP_SYS_ADMIN, CapsError, read_caps
 from scxctl.errors import ExitCode, PermissionDenied, ScxctlError, UsageError
 from scxctl.log import get_logger
-from scxctl.sysfs import SchedExtStatus, SysRoot, read_sched_ext
+from scxctl.sysfs import SchedExtStatus, SysRoot, ops_matches, read_sched_ext
 
 log = get_logger("scxctl.bench")
 
@@ -115,11 +115,6 @@ def parse_scheduler(
         f"unknown scheduler {text!r}",
         hint="use default, pyland[:POLICY] or a path to an scx_* binary (e.g. ./scx_simple)",
     )
-
-
-def ops_matches(ops: str | None, expected: str) -> bool:
-    """root/ops may carry a version suffix (e.g. `rustland_1.0.4_...`): accept `expected` or `expected_*`."""
-    return ops is not None and (ops == expected or ops.startswith(expected + "_"))
 
 
 def check_can_start(sysroot: SysRoot | None = None) -> None:

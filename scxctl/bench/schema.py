@@ -1,4 +1,4 @@
-"""The JSON report's schema (JSON Schema 2020-12), documented in README.md "## scxctl bench".
+"""The JSON report's schema (JSON Schema 2020-12), documented in docs/reference.md.
 
 Bump SCHEMA_ID when a field changes meaning or goes away; adding a field is compatible.
 """

@@ -17,19 +17,15 @@ import ctypes
 import errno
 import mmap
 import os
-from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
+from scxctl.bpf.btf import object_member_offsets
 from scxctl.bpf.errors import BpfError, errno_of, error_for_errno
 from scxctl.bpf.libbpf_api import (
     BPF_F_MMAPABLE,
     BPF_F_RDONLY_PROG,
     BPF_MAP_TYPE_STRUCT_OPS,
-    BTF_KIND_STRUCT,
-    BTF_KIND_UNION,
-    BtfMember,
-    BtfType,
     MapInfo,
     OpenOpts,
     ProgTestRunOpts,
@@ -299,7 +295,7 @@ class BpfObject:
         """Byte offset of `member` in `struct_name` as this object's BTF lays it out (how libbpf
         reads a struct_ops map's initial value; it translates to the kernel's layout at load)."""
         btf = lib().bpf_object__btf(self._check_open())
-        members = _struct_members(btf, struct_name) if btf else None
+        members = object_member_offsets(btf, struct_name) if btf else None
         if members is None:
             raise BpfError(f"struct {struct_name} is not in the BTF of {self.path.name}")
         if member not in members:
@@ -357,79 +353,3 @@ class BpfObject:
         out = BpfLink(link, map_name, self)
         self._links.append(out)
         return out
-
-
-def _struct_members(btf: int, struct_name: str, flatten: bool = False) -> dict[str, int] | None:
-    """Member name -> bit offset of STRUCT `struct_name` in a libbpf `struct btf`; None if absent.
-
-    `flatten`: the members of an anonymous struct or union member count as the struct's own, at
-    their offset in it, as C names them (cgroup.ancestors lies in one on recent kernels)."""
-    type_id = lib().btf__find_by_name_kind(btf, struct_name.encode(), BTF_KIND_STRUCT)
-    if type_id < 0:
-        return None
-    out: dict[str, int] = {}
-    _add_members(btf, type_id, 0, out, flatten)
-    return out
-
-
-def _add_members(btf: int, type_id: int, base_bits: int, out: dict[str, int], flatten: bool) -> None:
-    t = BtfType.from_address(lib().btf__type_by_id(btf, type_id))
-    kflag = t.info >> 31
-    members = (BtfMember * (t.info & 0xFFFF)).from_address(ctypes.addressof(t) + ctypes.sizeof(t))
-    for m in members:
-        bits = base_bits + (m.offset & 0xFFFFFF if kflag else m.offset)
-        name = (lib().btf__name_by_offset(btf, m.name_off) or b"").decode()
-        if name or not flatten:
-            # flattened, a bitfield (its size in the offset's top byte) has no byte offset: -1
-            out.setdefault(name, -1 if flatten and kflag and m.offset >> 24 else bits)
-            continue
-        inner = BtfType.from_address(lib().btf__type_by_id(btf, m.type))
-        if (inner.info >> 24) & 0x1F in (BTF_KIND_STRUCT, BTF_KIND_UNION):
-            _add_members(btf, m.type, bits, out, flatten)
-
-
-@contextlib.contextmanager
-def _parsed_btf(path: Path) -> Iterator[int]:
-    """libbpf's `struct btf` of the file `path`; OSError when unreadable, BpfError when not BTF."""
-    btf = lib().btf__parse(os.fsencode(path), None)
-    if not btf:
-        err = ctypes.get_errno() or errno.EINVAL
-        if err in (errno.ENOENT, errno.EACCES, errno.EPERM):
-            raise OSError(err, os.strerror(err), str(path))
-        raise error_for_errno(err, f"cannot parse the BTF in {path}")
-    try:
-        yield btf
-    finally:
-        lib().btf__free(btf)
-
-
-def btf_struct_members(path: Path, struct_name: str) -> tuple[str, ...] | None:
-    """The members of STRUCT `struct_name` in the BTF file `path` (raw, as /sys/kernel/btf/vmlinux,
-    or ELF), in order; None when the file has no such struct.
-
-    libbpf's parser, not scxctl.btf's: under emulation the Python walk of a kernel's 5 MB of types
-    took over a second, on every load and every restart of pyland, where the C one takes a tenth.
-    Raises OSError when the file cannot be read and BpfError when it is not valid BTF."""
-    with _parsed_btf(path) as btf:
-        members = _struct_members(btf, struct_name)
-    return tuple(members) if members is not None else None
-
-
-def btf_member_offsets(path: Path, wanted: Mapping[str, Sequence[str]]) -> dict[str, dict[str, int]]:
-    """Byte offsets of the members `wanted` (struct -> member names) in the BTF file `path`, in
-    one parse. BpfError names a struct or member the file lacks, or one that is a bitfield; OSError
-    and BpfError otherwise as btf_struct_members."""
-    out: dict[str, dict[str, int]] = {}
-    with _parsed_btf(path) as btf:
-        for struct_name, names in wanted.items():
-            members = _struct_members(btf, struct_name, flatten=True)
-            if members is None:
-                raise BpfError(f"the BTF in {path} has no struct {struct_name}")
-            out[struct_name] = {}
-            for name in names:
-                bits = members.get(name)
-                if bits is None or bits < 0 or bits % 8:
-                    what = "no member" if bits is None else "a bitfield member"
-                    raise BpfError(f"the BTF in {path} has {what} {struct_name}.{name}")
-                out[struct_name][name] = bits // 8
-    return out

@@ -1,6 +1,6 @@
 """Which pyland BPF object the loader uses, and whether it was built from the sources at hand.
 
-Search order (README "## pyland"): $SCXCTL_BPF_OBJECT, then the checkout's bpf/build/pyland.bpf.o,
+Search order (docs/pyland.md): $SCXCTL_BPF_OBJECT, then the checkout's bpf/build/pyland.bpf.o,
 then /usr/lib/scxctl/pyland.bpf.o -- the first that exists wins. When the bpf/ sources are present
 (a checkout), the object's embedded source hash must equal the hash of those sources: otherwise the
 object is stale (or of unknown origin) and `scxctl run` refuses it unless told --allow-stale.

@@ -29,7 +29,8 @@ MAX_TIME = typer.Option(10.0, "--max-time", help="Stop after the first measureme
 CPU = typer.Option(
     None, "--cpu", help="adaptive-priority's CPU (default: first hyperthread of the first core)."
 )
-JSON_OUT = typer.Option(False, "--json", help="Print the JSON report (schema in README) instead of tables.")
+JSON_OUT = typer.Option(False, "--json",
+                        help="Print the JSON report (schema in docs/reference.md) instead of tables.")
 OUTPUT = typer.Option(None, "--output", help="Also write the JSON report to FILE (atomically).")
 QUIET = typer.Option(False, "--quiet", help="No progress or distributions: one line per test and scheduler.")
 SCHEDULER = typer.Option(

@@ -9,7 +9,9 @@ from typing import Annotated
 import typer
 
 from scxctl.errors import ScxctlError, UsageError
-from scxctl.pyland.policy import DEFAULT_MIN_SLICE_NS, NSEC_PER_USEC
+from scxctl.pyland.options import MAX_HOLD_MS, RunOptions
+
+D = RunOptions()  # every option's default
 
 
 class SchedulerChoice(enum.StrEnum):
@@ -31,7 +33,6 @@ _NEW_HELP = (
     "Round-trip mode: let BPF place a task's first run (a fork) behind the running deadlines; "
     "the policy first sees the task at its next enqueue."
 )
-MAX_HOLD_MS = 4000  # the kernel ejects a scheduler whose runnable task waited 5 s
 _PARTIAL_HELP = "Only schedule tasks that chose SCHED_EXT (policy 7); all others stay on the fair class."
 
 
@@ -41,57 +42,59 @@ def run(
     ] = SchedulerChoice.pyland,
     policy: Annotated[
         str, typer.Option("--policy", "-p", metavar="NAME|FILE.py", help=_POLICY_HELP)
-    ] = "deadline",
-    round_trip: Annotated[bool, typer.Option("--round-trip", help=_ROUND_TRIP_HELP)] = False,
+    ] = D.policy,
+    round_trip: Annotated[bool, typer.Option("--round-trip", help=_ROUND_TRIP_HELP)] = D.round_trip,
     report_ms: Annotated[
         int, typer.Option("--report-ms", min=1, metavar="MS",
                           help="Steer mode: each task reports what it did to the policy at most every MS.")
-    ] = 100,
+    ] = D.report_ms,
     wake_preempt: Annotated[
-        bool, typer.Option("--wake-preempt/--no-wake-preempt", help=_PREEMPT_HELP)] = True,
-    builtin_idle: Annotated[bool, typer.Option("--builtin-idle/--no-builtin-idle", help=_IDLE_HELP)] = True,
-    direct_wake: Annotated[bool, typer.Option("--direct-wake/--no-direct-wake", help=_DIRECT_HELP)] = True,
-    new_direct: Annotated[bool, typer.Option("--new-direct/--no-new-direct", help=_NEW_HELP)] = True,
+        bool, typer.Option("--wake-preempt/--no-wake-preempt", help=_PREEMPT_HELP)] = D.wake_preempt,
+    builtin_idle: Annotated[
+        bool, typer.Option("--builtin-idle/--no-builtin-idle", help=_IDLE_HELP)] = D.builtin_idle,
+    direct_wake: Annotated[
+        bool, typer.Option("--direct-wake/--no-direct-wake", help=_DIRECT_HELP)] = D.direct_wake,
+    new_direct: Annotated[bool, typer.Option("--new-direct/--no-new-direct", help=_NEW_HELP)] = D.new_direct,
     slice_us: Annotated[
         int, typer.Option("--slice-us", min=1, help="User-space scheduling budget in us (vruntime scale).")
-    ] = 20_000,
+    ] = D.slice_us,
     slice_min_us: Annotated[
         int, typer.Option("--slice-min-us", min=1, help="BPF default/refill time slice in us.")
-    ] = DEFAULT_MIN_SLICE_NS // NSEC_PER_USEC,
-    partial: Annotated[bool, typer.Option("--partial", help=_PARTIAL_HELP)] = False,
+    ] = D.slice_min_us,
+    partial: Annotated[bool, typer.Option("--partial", help=_PARTIAL_HELP)] = D.partial,
     stats_interval: Annotated[
         float,
         typer.Option("--stats-interval", min=0.0, metavar="S",
                      help="Seconds between summary lines (0: off)."),
-    ] = 5.0,
+    ] = D.stats_interval,
     max_backlog: Annotated[
         int, typer.Option("--max-backlog", min=1, help="Tasks Python may lag before BPF schedules them.")
-    ] = 1024,
+    ] = D.max_backlog,
     ring_kib: Annotated[
         int,
         typer.Option("--ring-kib", min=0, metavar="KIB",
                      help="Size of the ring of tasks waiting for the policy, a power of two in KiB (0: "
                           "the built-in 512, about 3600 tasks); when it is full, BPF places tasks itself."),
-    ] = 0,
+    ] = D.ring_kib,
     policy_budget_ms: Annotated[
         int,
         typer.Option("--policy-budget-ms", min=0, metavar="MS",
                      help="A policy that does not return from decide() within MS detaches pyland "
                           "(exit 1; 0: no watchdog)."),
-    ] = 100,
+    ] = D.policy_budget_ms,
     cpu_max_hold_ms: Annotated[
         int,
         typer.Option("--cpu-max-hold-ms", min=1, max=MAX_HOLD_MS, metavar="MS",
                      help="A task of a cgroup out of its cpu.max quota waits at most MS, then runs "
                           "even though its cgroup is still throttled (counted as nr_bw_overdue); "
                           "below the kernel's 5 s watchdog."),
-    ] = 2000,
+    ] = D.cpu_max_hold_ms,
     allow_stale: Annotated[
         bool, typer.Option("--allow-stale", help="Load a BPF object whose build hash does not match bpf/.")
-    ] = False,
+    ] = D.allow_stale,
     bpf_object: Annotated[
         Path | None, typer.Option("--bpf-object", help="Load this object instead of the search order.")
-    ] = None,
+    ] = D.object_path,
 ) -> None:
     """Run pyland (scheduling decisions in Python) in the foreground; Ctrl-C or SIGTERM detaches it.
 
@@ -104,7 +107,7 @@ def run(
     missing/stale or verifier rejection, 8 the kernel ejected pyland (or asked for too many restarts),
     130 a second signal.
     """
-    from scxctl.pyland.scheduler import RunOptions, run_pyland
+    from scxctl.pyland.scheduler import run_pyland
 
     if ring_kib and (ring_kib < 4 or ring_kib & (ring_kib - 1)):
         raise UsageError(f"--ring-kib must be a power of two of at least 4, not {ring_kib}")
@@ -118,21 +121,24 @@ def run(
                       allow_stale=allow_stale, policy_budget_ms=policy_budget_ms, ring_kib=ring_kib,
                       cpu_max_hold_ms=cpu_max_hold_ms, object_path=bpf_object)
     res = run_pyland(opts)
-    loop, bpf = res.loop_stats, res.bpf_stats
-    typer.echo(
+    typer.echo(_summary(res.loop_stats, res.bpf_stats, res.restarts), err=True)
+    if res.code != 0:
+        raise ScxctlError(res.message, res.code)
+    typer.echo(res.message, err=True)
+
+
+def _summary(loop: dict[str, int], bpf: dict[str, int], restarts: int) -> str:
+    """The counters a user checks first: how much BPF placed, how much went to the policy."""
+    return (
         f"pyland: {bpf['nr_steered']} placed by BPF on the policy's parameters, {loop['observed']} "
         f"reports observed, {bpf['nr_updates']} parameter updates, {bpf['nr_wake_preempts']} wake-up "
         f"preemptions; {loop['consumed']} tasks queued to Python, {loop['written']} decisions, "
         f"{bpf['nr_dispatched']} applied, {bpf['nr_stale']} stale, {bpf['nr_ring_full']} ring-full and "
         f"{bpf['nr_backlog']} backlog fallbacks, {bpf['nr_direct']} direct (idle CPU), "
         f"{bpf['nr_kthread']} kthreads, {bpf['nr_stalled']} placed while the policy overran, "
-        f"{res.restarts} restarts; loop CPU "
-        f"{loop['busy_cpu_ns'] / 1e6:.1f} ms, wall {loop['busy_wall_ns'] / 1e6:.1f} ms",
-        err=True,
+        f"{restarts} restarts; loop CPU "
+        f"{loop['busy_cpu_ns'] / 1e6:.1f} ms, wall {loop['busy_wall_ns'] / 1e6:.1f} ms"
     )
-    if res.code != 0:
-        raise ScxctlError(res.message, res.code)
-    typer.echo(res.message, err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -26,7 +26,7 @@ from scxctl.daemon import exitinfo
 from scxctl.daemon.config import SupervisorLimits
 from scxctl.daemon.exitinfo import ExitInfo
 from scxctl.log import get_logger
-from scxctl.sysfs import SchedExtStatus, SysRoot, read_sched_ext
+from scxctl.sysfs import SchedExtStatus, SysRoot, ops_matches, read_sched_ext
 
 log = get_logger("scxctl.daemon")
 
@@ -101,7 +101,7 @@ class Supervisor:
             and self.proc is not None
             and self.proc.returncode is None
             and kernel.enabled
-            and kernel.ops == self.spec.ops
+            and ops_matches(kernel.ops, self.spec.ops)
         )
 
     async def start(self, spec: ChildSpec) -> None:
@@ -261,52 +261,14 @@ class Supervisor:
                 if proc.returncode is None:
                     await self._terminate(proc, spec, "verification timed out")
                     await reader
-                    return ExitInfo(
-                        exitinfo.VERIFY_FAILED,
-                        f"the kernel did not switch to {spec.ops!r} within {self.limits.verify_timeout_s:g}s "
-                        f"(state={kernel.state}, ops={kernel.ops})",
-                        exitinfo.last_words(list(self.output)).get("message", ""),
-                        proc.returncode,
-                        runtime_s=time.monotonic() - started,
-                    )
+                    return self._verify_failed(proc, spec, kernel, started)
             else:
-                self.enable_latency_s = round(time.monotonic() - started, 3)
-                self.running_since = time.monotonic()
-                self.phase = Phase.RUNNING
-                log.info(
-                    "scheduler_enabled",
-                    scheduler=spec.scheduler,
-                    pid=proc.pid,
-                    reason="verified",
-                    ops=kernel.ops,
-                    enable_latency_s=self.enable_latency_s,
-                )
-                if self._first is not None and not self._first.done():
-                    self._first.set_result(None)
+                self._mark_running(proc, spec, kernel, started)
                 kernel_ejected = await self._watch(proc, spec)
             await proc.wait()
         except asyncio.CancelledError:
             requested_stop = True
-            self.phase = Phase.STOPPING
-            await self._terminate(proc, spec, self._stop_reason)
-            await reader
-            info = exitinfo.classify(
-                proc.returncode or 0,
-                requested_stop=True,
-                lines=list(self.output),
-                runtime_s=time.monotonic() - started,
-            )
-            self.last_exit = info
-            log.info(
-                "scheduler_stopped",
-                scheduler=spec.scheduler,
-                pid=proc.pid,
-                reason=self._stop_reason,
-                exit_kind=info.kind,
-                returncode=proc.returncode,
-            )
-            await self._wait_kernel_left(spec)
-            self.running_since = None
+            await self._stop_on_request(proc, spec, reader, started)
             raise
         finally:
             if not requested_stop:
@@ -320,12 +282,64 @@ class Supervisor:
             kernel_ejected=kernel_ejected,
         )
 
+    def _verify_failed(self, proc: asyncio.subprocess.Process, spec: ChildSpec, kernel: SchedExtStatus,
+                       started: float) -> ExitInfo:
+        return ExitInfo(
+            exitinfo.VERIFY_FAILED,
+            f"the kernel did not switch to {spec.ops!r} within {self.limits.verify_timeout_s:g}s "
+            f"(state={kernel.state}, ops={kernel.ops})",
+            exitinfo.last_words(list(self.output)).get("message", ""),
+            proc.returncode,
+            runtime_s=time.monotonic() - started,
+        )
+
+    def _mark_running(self, proc: asyncio.subprocess.Process, spec: ChildSpec, kernel: SchedExtStatus,
+                      started: float) -> None:
+        self.enable_latency_s = round(time.monotonic() - started, 3)
+        self.running_since = time.monotonic()
+        self.phase = Phase.RUNNING
+        log.info(
+            "scheduler_enabled",
+            scheduler=spec.scheduler,
+            pid=proc.pid,
+            reason="verified",
+            ops=kernel.ops,
+            enable_latency_s=self.enable_latency_s,
+        )
+        if self._first is not None and not self._first.done():
+            self._first.set_result(None)
+
+    async def _stop_on_request(self, proc: asyncio.subprocess.Process, spec: ChildSpec,
+                               reader: asyncio.Task[None], started: float) -> None:
+        """A stop (or switch) cancelled the run: end the child, record why, and wait until the
+        kernel no longer runs it, so that the next scheduler can attach."""
+        self.phase = Phase.STOPPING
+        await self._terminate(proc, spec, self._stop_reason)
+        await reader
+        info = exitinfo.classify(
+            proc.returncode or 0,
+            requested_stop=True,
+            lines=list(self.output),
+            runtime_s=time.monotonic() - started,
+        )
+        self.last_exit = info
+        log.info(
+            "scheduler_stopped",
+            scheduler=spec.scheduler,
+            pid=proc.pid,
+            reason=self._stop_reason,
+            exit_kind=info.kind,
+            returncode=proc.returncode,
+        )
+        await self._wait_kernel_left(spec)
+        self.running_since = None
+
     async def _verify(self, proc: asyncio.subprocess.Process, spec: ChildSpec) -> tuple[bool, SchedExtStatus]:
         """Poll sysfs until the kernel runs spec.ops, the child exits, or the timeout passes."""
         deadline = time.monotonic() + self.limits.verify_timeout_s
         while True:
             kernel = self.kernel()
-            if kernel.enabled and kernel.ops == spec.ops and proc.returncode is None:
+            if kernel.enabled and ops_matches(kernel.ops, spec.ops) and proc.returncode is None:
                 return True, kernel
             if proc.returncode is not None or time.monotonic() >= deadline:
                 return False, kernel
@@ -340,7 +354,7 @@ class Supervisor:
             if await self._exit_within(interval):
                 break
             kernel = self.kernel()
-            if kernel.enabled and kernel.ops == spec.ops:
+            if kernel.enabled and ops_matches(kernel.ops, spec.ops):
                 lost_since = None
                 continue
             now = time.monotonic()
@@ -394,7 +408,7 @@ class Supervisor:
     async def _wait_kernel_left(self, spec: ChildSpec, timeout: float = 5.0) -> None:
         deadline = time.monotonic() + timeout
         kernel = self.kernel()
-        while kernel.enabled and kernel.ops == spec.ops and time.monotonic() < deadline:
+        while kernel.enabled and ops_matches(kernel.ops, spec.ops) and time.monotonic() < deadline:
             await asyncio.sleep(_VERIFY_POLL_S)
             kernel = self.kernel()
         log.info(

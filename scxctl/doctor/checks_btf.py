@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scxctl.btf import Btf, BTFError, Kind
+from scxctl.bpf.btf import Btf, BTFError, Kind
 from scxctl.doctor.checks_kernel import SEE_VERDICT_HINT
 from scxctl.doctor.model import CheckResult, DoctorContext, Status, check, describe_error, result
 from scxctl.sysfs import VMLINUX_BTF

@@ -14,10 +14,11 @@ import os
 from collections import deque
 from typing import Any
 
+from scxctl.bpf.btf import BANDWIDTH_HOOK, sched_ext_ops_members
 from scxctl.doctor.checks_cgroup import parse_cpu_max, parse_flat_keyed
 from scxctl.doctor.checks_kernel import PYLAND_OPS_NAME
 from scxctl.doctor.model import CheckResult, DoctorContext, Status, check, describe_error, result
-from scxctl.sysfs import BANDWIDTH_HOOK, STATE_DISABLED, read_sched_ext, sched_ext_ops_members
+from scxctl.sysfs import STATE_DISABLED, ops_matches, read_sched_ext
 
 CID = "cgroup.bandwidth"
 HOOK = BANDWIDTH_HOOK  # the struct sched_ext_ops member Linux 6.17 added for cpu.max
@@ -94,7 +95,7 @@ def _scheduler(ctx: DoctorContext) -> tuple[str | None, str]:
         return None, "fair"
     if st.ops is None:  # enabled, transitional or unreadable state, but no readable name
         return None, "unknown"
-    if st.ops == PYLAND_OPS_NAME or st.ops.startswith(PYLAND_OPS_NAME + "_"):
+    if ops_matches(st.ops, PYLAND_OPS_NAME):
         return st.ops, "pyland"
     return st.ops, "other"
 

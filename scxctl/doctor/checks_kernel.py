@@ -7,7 +7,7 @@ import gzip
 import zlib
 
 from scxctl.doctor.model import CheckResult, DoctorContext, Status, check, describe_error, result
-from scxctl.sysfs import SCHED_EXT_DIR, STATE_DISABLED, STATE_ENABLED, read_sched_ext
+from scxctl.sysfs import SCHED_EXT_DIR, STATE_DISABLED, STATE_ENABLED, ops_matches, read_sched_ext
 
 PYLAND_OPS_NAME = "pyland"  # the name pyland's struct sched_ext_ops registers (shown in root/ops)
 CONFIG_OPTION = "CONFIG_SCHED_CLASS_EXT"
@@ -150,7 +150,7 @@ def sched_ext_loaded(ctx: DoctorContext) -> CheckResult:
                       "check dmesg for sched_ext messages", ops=None, ours=None)
     if not ops:
         return result(cid, Status.OK, "none: a scheduler can be enabled", ops=None, ours=None)
-    if ops == PYLAND_OPS_NAME or ops.startswith(PYLAND_OPS_NAME + "_"):
+    if ops_matches(ops, PYLAND_OPS_NAME):
         return result(cid, Status.OK, f"{ops} (pyland, ours) is loaded", ops=ops, ours=True)
     return result(cid, Status.WARN,
                   f"another scheduler is loaded ({ops}): enabling pyland would fail with EBUSY",

@@ -38,7 +38,7 @@ def summary(results: list[CheckResult]) -> dict[str, int]:
 
 
 def report(results: list[CheckResult]) -> dict[str, Any]:
-    """The `--json` document (schema documented in man/scxctl.1 and README.md)."""
+    """The `--json` document (schema in man/scxctl.1 and docs/reference.md)."""
     counts = summary(results)
     return {
         "schema": SCHEMA_VERSION,

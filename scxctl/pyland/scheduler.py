@@ -35,11 +35,11 @@ import struct
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from scxctl import log as logsetup
 from scxctl.bpf import object as bpfobject
+from scxctl.bpf.btf import BANDWIDTH_HOOK, sched_ext_ops_members
 from scxctl.bpf.libbpf import BpfLink, BpfObject
 from scxctl.bpf.ringbuf import open_reader, open_writer
 from scxctl.errors import ExitCode
@@ -47,14 +47,15 @@ from scxctl.pyland.bpf_config import PylandConfig
 from scxctl.pyland.cgroup_report import CgroupReport
 from scxctl.pyland.hardening import harden, set_up_priority
 from scxctl.pyland.loop import PolicyFailed, SchedulerLoop, discard_records
+from scxctl.pyland.options import RunOptions
 from scxctl.pyland.policies.loader import load_policy
-from scxctl.pyland.policy import DEFAULT_MIN_SLICE_NS, NSEC_PER_MSEC, NSEC_PER_USEC, Policy, PolicyOptions
+from scxctl.pyland.policy import NSEC_PER_MSEC, NSEC_PER_USEC, Policy, PolicyOptions
 from scxctl.pyland.preflight import preflight
 from scxctl.pyland.records import COMPAT_MISSING, OPS_NAME, POLICY_SINCE, PROGRESS_AT, SHARED_COUNTERS
 from scxctl.pyland.run_result import RunResult, outcome, too_many_restarts
 from scxctl.pyland.shared import ExitInfo, SharedState
 from scxctl.pyland.watchdog import PolicyStuck, PolicyWatchdog, StuckReport
-from scxctl.sysfs import BANDWIDTH_HOOK, SysRoot, nr_cpu_ids, read_sched_ext, sched_ext_ops_members
+from scxctl.sysfs import nr_cpu_ids, read_sched_ext
 
 log = logsetup.get_logger("scxctl.pyland")
 
@@ -83,31 +84,6 @@ class StopRequested(BaseException):
 def restart_requested(info: ExitInfo | None) -> bool:
     """Did the kernel ask the scheduler to re-attach (what scx's schedulers do on CPU hotplug)?"""
     return info is not None and info.kind in RESTART_KINDS and bool(info.exit_code & SCX_ECODE_ACT_RESTART)
-
-@dataclass
-class RunOptions:
-    policy: str = "deadline"
-    builtin_idle: bool = True
-    slice_us: int = 20_000  # user-space budget
-    slice_min_us: int = DEFAULT_MIN_SLICE_NS // NSEC_PER_USEC  # BPF default/refill slice
-    partial: bool = False
-    stats_interval: float = 5.0  # 0: no periodic summary
-    max_backlog: int = 1024  # records Python may be behind before BPF schedules new tasks itself
-    ring_kib: int = 0  # size of the queued ring in KiB (a power of two); 0: the object's (about 4700 tasks)
-    round_trip: bool = False  # every enqueue waits for decide(), even for a policy that steers
-    report_ms: int = 100  # steer mode: a task reports what it did at most this often
-    wake_preempt: bool = True  # steer mode: a wake-up with the earlier deadline preempts (gated)
-    direct_wake: bool = True  # latency-critical tasks (the policy's preempt) wake without a round trip
-    new_direct: bool = True  # a task's first enqueue is placed by BPF; the policy meets it at its second
-    starve_ms: int = 1000  # a task waiting this long in a DSQ runs next, whatever its deadline
-    cpu_max_hold_ms: int = 2000  # cpu.max: a task held this long runs, its cgroup throttled or not
-    allow_stale: bool = False
-    policy_budget_ms: int = 100  # decide() running longer detaches pyland (0: no watchdog)
-    attach_timeout: float = 10.0  # seconds for sysfs to show pyland enabled after attach
-    exit_timeout: float = 5.0  # seconds to wait for ops.exit after detaching
-    object_path: Path | None = None  # None: the search order of scxctl.bpf.object
-    sysroot: SysRoot = field(default_factory=SysRoot)
-
 
 def policy_options(opts: RunOptions) -> PolicyOptions:
     """What the policy and the BPF config are both derived from (raises UsageError when inconsistent)."""

@@ -119,6 +119,7 @@ class PolicyWatchdog:
         self._main_id = main.ident or 0
         self._main_tid = main.native_id or 0
         self._stop = threading.Event()
+        self.looks = 0  # times it has read the stamp: a test waits for looks, not for time
         self._acknowledged = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -146,6 +147,7 @@ class PolicyWatchdog:
         seen, seen_at, delay0, before = 0, 0, 0, 0
         while not self._stop.wait(period):
             since = counters[POLICY_SINCE]
+            self.looks += 1
             if not since:
                 continue
             now = time.monotonic_ns()

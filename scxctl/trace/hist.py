@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from scxctl.ui import fmt_ns
+from scxctl.units import fmt_ns
 
 SLOTS = 256  # 4 x 64 octaves: every u64 delay has a slot
 QUANTILES: tuple[tuple[str, float], ...] = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99), ("p99_9", 0.999))

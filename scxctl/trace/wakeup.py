@@ -18,11 +18,13 @@ group's maximum and sum beside them) are per CPU, so a switch updates them witho
 space adds the CPUs up and never reads single events. Under TCG this took the programs' run time
 per futex ping-pong round trip, above empty programs', from 3.6 to 1.6 us (kernel.bpf_stats).
 
-The program is generated for the selector (constants, no maps to configure) and compiled by bcc at
-start: with the kernel headers of the running kernel (bcc's own helpers include some), and
-`-fms-extensions -Wno-microsoft-anon-tag` always (6.19+ headers need them; bcc < 0.37 does not add
-them itself). It includes no kernel header of its own: it reads the few task and cgroup members it
-needs at the offsets the running kernel's BTF gives (kernel_layout).
+The program is wakeup.bpf.c beside this module, which the package ships. Only the choices of a run
+are generated: a prelude of #defines for the selector (constants, no maps to configure) that the
+file's #ifdefs read. bcc compiles the two at start: with the kernel headers of the running kernel
+(bcc's own helpers include some), and `-fms-extensions -Wno-microsoft-anon-tag` always (6.19+
+headers need them; bcc < 0.37 does not add them itself). It includes no kernel header of its own:
+it reads the few task and cgroup members it needs at the offsets the running kernel's BTF gives
+(kernel_layout), which the prelude carries.
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scxctl.bpf.btf import btf_member_offsets
 from scxctl.bpf.errors import BpfError
-from scxctl.bpf.libbpf import btf_member_offsets
 from scxctl.errors import ExitCode, ScxctlError, UsageError
 from scxctl.sysfs import VMLINUX_BTF
 from scxctl.trace import deps
@@ -48,6 +50,9 @@ CFLAGS = ("-fms-extensions", "-Wno-microsoft-anon-tag")
 COMM_LEN = 15  # TASK_COMM_LEN - 1: the kernel truncates longer names
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 STAMP_BITS = 16  # 65536 stamp slots
+# The program, a C file shipped beside this module (package data), and the line put before it
+PROGRAM_FILE = Path(__file__).with_name("wakeup.bpf.c")
+PRELUDE_HEAD = "/* the choices of this run, from scxctl.trace.wakeup; its program follows */"
 
 
 @dataclass(frozen=True)
@@ -110,9 +115,9 @@ def _name_test(name: str, exact: bool) -> str:
     raw = name.encode()[:COMM_LEN]
     if not raw:
         raise UsageError("a task name to match must not be empty")
-    terms = [f"c[{i}] == {b}" for i, b in enumerate(raw)]
+    terms = [f"(c)[{i}] == {b}" for i, b in enumerate(raw)]
     if exact and len(raw) < COMM_LEN:
-        terms.append(f"c[{len(raw)}] == 0")
+        terms.append(f"(c)[{len(raw)}] == 0")
     return " && ".join(terms)
 
 
@@ -154,211 +159,54 @@ def kernel_layout(members: dict[str, tuple[str, ...]], btf: Path = Path(VMLINUX_
                           ExitCode.BPF) from None
 
 
-def _read(dst: str, base: str, layout: Layout, struct: str, member: str, extra: int = 0) -> str:
-    """bpf_probe_read_kernel of `dst` from `base` + the member's offset (+ `extra` bytes)."""
-    off = layout.at(struct, member) + extra
-    return f"    bpf_probe_read_kernel(&{dst}, sizeof({dst}), (const char *){base} + {off});"
+def _define(name: str, value: object) -> str:
+    return f"#define {name} {value}"
+
+
+def _offset_defines(layout: Layout) -> list[str]:
+    """STRUCT_MEMBER_OFF, the byte offset of each member the program reads (task_struct: TASK)."""
+    return [_define(f"{struct.removesuffix('_struct').upper()}_{member.upper()}_OFF", off)
+            for struct, members in layout.offsets.items() for member, off in members.items()]
+
+
+def _comm_defines(sel: Selector) -> list[str]:
+    """The name filter as conditions on the task's comm `c`: the prefix's, then a group per name."""
+    out = []
+    if sel.prefix:
+        out.append(_define("FILTER_COMM_PREFIX(c)", f"({_name_test(sel.prefix, exact=False)})"))
+    if sel.comms:
+        # the first name that matches gives the group, as a chain of conditionals
+        chain = "".join(f"({_name_test(name, exact=True)}) ? {i} : " for i, name in enumerate(sel.comms))
+        out.append(_define("FILTER_COMM_GROUP(c)", f"({chain}-1)"))
+    return out
+
+
+def prelude(sel: Selector, layout: Layout) -> str:
+    """The #defines that make PROGRAM_FILE the program for `sel`, at the kernel's `layout`."""
+    lines = [PRELUDE_HEAD, _define("SLOTS", SLOTS), _define("GROUPS", sel.groups),
+             _define("STAMP_BITS", STAMP_BITS), *_offset_defines(layout)]
+    if sel.tgid is not None:
+        lines.append(_define("FILTER_TGID", int(sel.tgid)))
+    if sel.cgroup is not None:
+        lines += [_define("FILTER_CGROUP_ID", f"{int(sel.cgroup.id)}ULL"),
+                  _define("FILTER_CGROUP_LEVEL", int(sel.cgroup.level))]
+    lines += _comm_defines(sel)
+    lines.append(f'#line 1 "{PROGRAM_FILE.name}"')  # the compiler's messages name the file's lines
+    return "\n".join(lines) + "\n"
+
+
+def program_source() -> str:
+    """PROGRAM_FILE's text: the program without the #defines of a run."""
+    try:
+        return PROGRAM_FILE.read_text()
+    except OSError as exc:
+        raise ScxctlError(f"the wake-up tracer's program is missing ({PROGRAM_FILE}: {exc.strerror}): "
+                          "reinstall scxctl", ExitCode.BPF) from None
 
 
 def program(sel: Selector, layout: Layout) -> str:
-    """The BPF C text for a selector (constants inlined; see the module docstring)."""
-    lines = [
-        f"#define SLOTS {SLOTS}",
-        f"#define GROUPS {sel.groups}",
-        f"#define STAMP_BITS {STAMP_BITS}",
-        "struct stamp {",
-        "    u64 task;   /* the address of the task the slot holds (0: none yet) */",
-        "    u64 ts;     /* when the task began to wait; 0: not waiting */",
-        "    u32 gen;    /* filter_gen when `group` was decided */",
-        "    s32 group;  /* its histogram group; -1: the filter drops it */",
-        "};",
-        "/*",
-        " * One slot per hash of the task's address (the tracepoints pass it, nothing to read): an",
-        " * array, whose lookups the verifier inlines, where a hash map would cost a helper call and",
-        " * a key hash at every wake-up and switch. A task that finds its slot held by another takes",
-        " * it over, unless the other is waiting and the newcomer is not traced; a traced wait lost",
-        " * that way is counted (`lost`).",
-        " */",
-        "BPF_ARRAY(start, struct stamp, 1 << STAMP_BITS);",
-        "BPF_ARRAY(filter_gen, u32, 1);  /* bumped when what the filter reads may have changed */",
-        "BPF_ARRAY(lost, u64, 1);",
-        "BPF_PERCPU_ARRAY(idle_task, u64, 1);  /* this CPU's idle task, learned at first sight */",
-        "/* per CPU, so that sched_switch updates them without atomics (user space sums the CPUs) */",
-        "BPF_PERCPU_ARRAY(dist, u64, SLOTS * GROUPS);",
-        "BPF_PERCPU_ARRAY(maxv, u64, GROUPS);",
-        "BPF_PERCPU_ARRAY(sumv, u64, GROUPS);",
-        "",
-        "static __always_inline u32 pid_of(const void *p)",
-        "{",
-        "    u32 pid = 0;",
-        _read("pid", "p", layout, "task_struct", "pid"),
-        "    return pid;",
-        "}",
-        "",
-        "/* the group of a woken task (pid != 0: stamp() checked), -1 for one the filter drops */",
-        "static __always_inline int group_of(const void *p)",
-        "{",
-    ]
-    if sel.tgid is not None:
-        lines += [
-            "    u32 tgid = 0;",
-            _read("tgid", "p", layout, "task_struct", "tgid"),
-            f"    if (tgid != {int(sel.tgid)})",
-            "        return -1;",
-        ]
-    if sel.cgroup is not None:
-        lines += [
-            "    const void *cs = NULL, *cg = NULL, *anc = NULL, *kn = NULL;",
-            "    int level = 0;",
-            "    u64 id = 0;",
-            _read("cs", "p", layout, "task_struct", "cgroups"),
-            _read("cg", "cs", layout, "css_set", "dfl_cgrp"),
-            _read("level", "cg", layout, "cgroup", "level"),
-            f"    if (level < {sel.cgroup.level})",
-            "        return -1;",
-            _read("anc", "cg", layout, "cgroup", "ancestors", 8 * sel.cgroup.level),
-            _read("kn", "anc", layout, "cgroup", "kn"),
-            _read("id", "kn", layout, "kernfs_node", "id"),
-            f"    if (id != {sel.cgroup.id}ULL)",
-            "        return -1;",
-        ]
-    if sel.comms or sel.prefix:
-        lines += [
-            "    unsigned char c[16] = {};",
-            _read("c", "p", layout, "task_struct", "comm"),
-        ]
-        if sel.prefix:
-            lines += [f"    if (!({_name_test(sel.prefix, exact=False)}))", "        return -1;"]
-        if sel.comms:
-            for i, name in enumerate(sel.comms):
-                lines += [f"    if ({_name_test(name, exact=True)})", f"        return {i};"]
-            lines.append("    return -1;")
-    if not sel.comms:  # with names, the last name's test above returns
-        lines.append("    return 0;")
-    lines += [
-        "}",
-        "",
-        "static __always_inline struct stamp *slot_for(u64 p)",
-        "{",
-        "    u32 i = (u32)((p * 0x9E3779B97F4A7C15ULL) >> (64 - STAMP_BITS));  /* Fibonacci hashing */",
-        "    return start.lookup(&i);",
-        "}",
-        "",
-        "/*",
-        " * Arm p's slot (p is never the idle task: it is not woken, and sched_switch skips it as",
-        " * prev). The filter runs when the slot changes hands, when p is new (`fresh`: a new task",
-        " * may sit at a freed one's address) and after any change to what the filter reads (filter_gen);",
-        " * otherwise the group decided before stands, and a wake-up reads nothing of the task.",
-        " */",
-        "static __always_inline int stamp(u64 p, bool fresh)",
-        "{",
-        "    u32 zero = 0;",
-        "    struct stamp *st = slot_for(p);",
-        "    u32 *gen = filter_gen.lookup(&zero);",
-        "    if (!st || !gen)",
-        "        return 0;",
-        "    if (st->task != p) {",
-        "        int g = group_of((const void *)p);",
-        "        if (st->ts) {  /* another task's wait is armed in this slot */",
-        "            if (g < 0)",
-        "                return 0;  /* p is not traced: leave the slot to the other */",
-        "            lost.increment(zero);",
-        "        }",
-        "        st->task = p;",
-        "        st->group = g;",
-        "        st->gen = *gen;",
-        "    } else if (fresh || st->gen != *gen) {",
-        "        st->group = group_of((const void *)p);",
-        "        st->gen = *gen;",
-        "    }",
-        "    /* ts last: a nonzero ts is what arms the slot */",
-        "    st->ts = st->group >= 0 ? bpf_ktime_get_ns() : 0;",
-        "    return 0;",
-        "}",
-        "",
-        "static __always_inline u32 slot_of(u64 d)",
-        "{",
-        "    if (d < 4)",
-        "        return d;",
-        "    u32 lg = 0;",
-        "    u64 v = d;",
-        "    if (v >> 32) { v >>= 32; lg += 32; }",
-        "    if (v >> 16) { v >>= 16; lg += 16; }",
-        "    if (v >> 8) { v >>= 8; lg += 8; }",
-        "    if (v >> 4) { v >>= 4; lg += 4; }",
-        "    if (v >> 2) { v >>= 2; lg += 2; }",
-        "    if (v >> 1) { lg += 1; }",
-        "    return 4 * lg + ((d >> (lg - 2)) & 3);",
-        "}",
-        "",
-        "/*",
-        " * The waker's side of try_to_wake_up, before the wake-up may be queued to the target CPU's",
-        " * wake list: sched_wakeup would fire only once that CPU took the IPI and left idle.",
-        " */",
-        "RAW_TRACEPOINT_PROBE(sched_waking)",
-        "{",
-        "    return stamp(ctx->args[0], false);",
-        "}",
-        "",
-        "RAW_TRACEPOINT_PROBE(sched_wakeup_new)",
-        "{",
-        "    return stamp(ctx->args[0], true);",
-        "}",
-        "",
-        "RAW_TRACEPOINT_PROBE(sched_switch)",
-        "{",
-        "    /* TP_PROTO(bool preempt, prev, next, unsigned int prev_state) */",
-        "    u64 prev = ctx->args[1], next = ctx->args[2];",
-        "    u32 zero = 0;",
-        "    u64 *idle = idle_task.lookup(&zero);",
-        "    if (!idle)",
-        "        return 0;",
-        "    /*",
-        "     * The idle task is half of all switches on a machine that is not busy. It is recognised",
-        "     * by its address (per CPU) rather than by reading its pid, a helper call, at every",
-        "     * switch. It is learned where it shows up as a runnable prev.",
-        "     */",
-        "    if ((ctx->args[0] || (unsigned int)ctx->args[3] == 0) && prev != *idle) {",
-        "        if (pid_of((const void *)prev) == 0)",
-        "            *idle = prev;",
-        "        else",
-        "            stamp(prev, false);  /* preempted: it waits again from now */",
-        "    }",
-        "    if (next == *idle)",
-        "        return 0;",
-        "    struct stamp *st = slot_for(next);",
-        "    if (!st || st->task != next || !st->ts)",
-        "        return 0;",
-        "    u64 d = bpf_ktime_get_ns() - st->ts;",
-        "    u32 g = st->group;",
-        "    st->ts = 0;  /* disarmed; the slot stays the task's for its next wake-up */",
-        "    if (g >= GROUPS)",
-        "        return 0;",
-        "    /*",
-        "     * This CPU's counters. Only this program writes them, and sched_switch runs with",
-        "     * interrupts off and the program cannot nest in itself on a CPU: plain adds suffice.",
-        "     */",
-        "    u32 idx = g * SLOTS + slot_of(d);",
-        "    u64 *cnt = dist.lookup(&idx);",
-        "    if (cnt)",
-        "        *cnt += 1;",
-        "    u64 *sum = sumv.lookup(&g);",
-        "    if (sum)",
-        "        *sum += d;",
-        "    u64 *m = maxv.lookup(&g);",
-        "    if (m && d > *m)",
-        "        *m = d;",
-        "    return 0;",
-        "}",
-    ]
-    # What the filter reads can change under a task: redecide every group after such a change
-    # (rare events; the groups are decided again lazily, at each task's next stamp)
-    changes = (["task_rename"] if sel.comms or sel.prefix else []) + (
-        ["cgroup_attach_task"] if sel.cgroup is not None else [])
-    for tp in changes:
-        lines += ["", f"RAW_TRACEPOINT_PROBE({tp})", "{", "    u32 zero = 0;",
-                  "    filter_gen.increment(zero);", "    return 0;", "}"]
-    return "\n".join(lines) + "\n"
+    """The BPF C text bcc compiles for a selector: its prelude, then PROGRAM_FILE."""
+    return prelude(sel, layout) + program_source()
 
 
 @contextlib.contextmanager

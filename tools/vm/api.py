@@ -133,6 +133,26 @@ class VM:
             headers=headers,
             icount=icount,
         )
+        out, boots = self._run_retrying_panics(spec, retry_on_panic, single_on_last_retry)
+        return VMResult(
+            returncode=out.returncode,
+            output=out.output.decode("utf-8", errors="replace"),
+            results=spec.results,
+            wall_s=out.wall_s,
+            message=out.message,
+            boot_s=out.boot_s,
+            accel=out.accel,
+            qemu_s=out.qemu_s,
+            queued_s=out.queued_s,
+            boots=boots,
+            tcg_single=spec.one_host_thread,
+            kernel=kernel,
+            second_boot_s=out.second_boot_s,
+        )
+
+    def _run_retrying_panics(self, spec: runner.RunSpec, retry_on_panic: bool,
+                             single_on_last_retry: bool) -> tuple[runner.Outcome, int]:
+        """The run's outcome and how many boots it took (see run())."""
         out = runner.run(spec, sink=io.BytesIO())
         boots = 1
         only_flakes = True
@@ -151,19 +171,4 @@ class VM:
             spec.results = self._results_dir()
             out = runner.run(spec, sink=io.BytesIO())
             boots = attempt
-        results = spec.results
-        return VMResult(
-            returncode=out.returncode,
-            output=out.output.decode("utf-8", errors="replace"),
-            results=results,
-            wall_s=out.wall_s,
-            message=out.message,
-            boot_s=out.boot_s,
-            accel=out.accel,
-            qemu_s=out.qemu_s,
-            queued_s=out.queued_s,
-            boots=boots,
-            tcg_single=spec.one_host_thread,
-            kernel=kernel,
-            second_boot_s=out.second_boot_s,
-        )
+        return out, boots

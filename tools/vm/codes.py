@@ -1,7 +1,7 @@
 """Exit codes of the harness itself, distinct from any code the guest command returns.
 
 They follow timeout(1)'s conventions, so a caller can tell "the command failed" from "the
-harness could not run it". Documented in README.md; never renumber one.
+harness could not run it". Documented in docs/vm.md; never renumber one.
 """
 
 from __future__ import annotations

@@ -165,74 +165,18 @@ class DeadlinePolicy(Policy):
         return True
 
     def decide(self, task: Task, decision: Decision) -> None:
-        pid = task.pid
         if task.deadline:
-            # steer mode, a batch task's wake-up: BPF's deadline, on the scale of every task it places
-            decision.pid = pid
-            decision.cpu = task.cpu if task.nr_cpus_allowed == 1 else PYLAND_CPU_ANY
-            decision.preempt = decision.direct_wake = False
-            decision.slice_ns = 0
-            decision.deadline = task.deadline
-            decision.vtime = task.vtime
-            decision.enq_cnt = task.enq_cnt
+            self._keep_bpf_deadline(task, decision)
             return
         w = task.weight
         if w <= 0:
             w = NICE0_WEIGHT
-        budget = self._budget
-
-        # The run segment that ended at stop_ts, for the burst history: counted once even when
-        # the task is enqueued again without having run (dequeue/re-enqueue).
-        b = self._entry(pid)
-        stop = task.stop_ts
-        seg = stop - task.start_ts
-        if stop == b.last_stop or seg < 0:
-            seg = 0
-        elif seg > budget:
-            seg = budget
-        b.last_stop = stop
-        # The charge: every run since the last record. BPF sends a placed task's record at most
-        # once a budget, so one carries about a budget of runs, plus the run that ended it; the
-        # cap only keeps a bogus figure from throwing the global vruntime far ahead.
-        charge = task.run_ns
-        if charge > self._charge_cap:
-            charge = self._charge_cap
-
-        # Burst tracking: a wake-up closes the burst (CPU time between two sleeps).
-        if task.flags & SCX_ENQ_WAKEUP:
-            burst = b.run + seg
-            b.run = 0
-            avg = b.avg
-            if burst:  # a task never seen running has no burst to learn from
-                avg = b.avg = burst if avg < 0 else (avg + burst) >> 1
-            preempt = avg <= self._boost_ns  # also True for a task with no history yet
-            if preempt:
-                self.nr_boosted += 1
-        else:
-            b.run += seg
-            avg = b.avg
-            preempt = False
-
-        # vruntime with the sleeper credit cap.
-        v = task.vtime
-        if b.vtime > v:
-            v = b.vtime
-        g = self._vnow
-        if v > g:
-            g = v
-        elif v < g - budget:
-            v = g - budget
-            self.nr_clamped += 1
+        b = self._entry(task.pid)
+        avg, preempt = self._learn_burst(b, task)
         if task.throttled:
             preempt = False
-            if v < g:
-                v = g
             self.nr_throttled += 1
-        if charge > 0:
-            charge = charge if w == NICE0_WEIGHT else charge * NICE0_WEIGHT // w
-            v += charge
-            g += charge // self._nr_cpus
-        self._vnow = g
+        v = self._vruntime(b, task, w)
 
         # Deadline: the vruntime plus the expected burst, weighted.
         r = task.exec_runtime
@@ -253,7 +197,7 @@ class DeadlinePolicy(Policy):
         if s > self._max_slice:
             s = self._max_slice
 
-        decision.pid = pid
+        decision.pid = task.pid
         decision.cpu = task.cpu if task.nr_cpus_allowed == 1 else PYLAND_CPU_ANY
         decision.preempt = preempt
         decision.direct_wake = preempt
@@ -262,6 +206,69 @@ class DeadlinePolicy(Policy):
         decision.vtime = v
         decision.enq_cnt = task.enq_cnt
         b.vtime = v
+
+    @staticmethod
+    def _keep_bpf_deadline(task: Task, decision: Decision) -> None:
+        """Steer mode, a batch task's wake-up: BPF's deadline, on the scale of every task it places."""
+        decision.pid = task.pid
+        decision.cpu = task.cpu if task.nr_cpus_allowed == 1 else PYLAND_CPU_ANY
+        decision.preempt = decision.direct_wake = False
+        decision.slice_ns = 0
+        decision.deadline = task.deadline
+        decision.vtime = task.vtime
+        decision.enq_cnt = task.enq_cnt
+
+    def _learn_burst(self, b: _Burst, task: Task) -> tuple[int, bool]:
+        """(average burst, whether this wake-up is short enough to preempt) after the run segment
+        that ended at stop_ts; a wake-up closes the burst (CPU time between two sleeps)."""
+        # counted once even when the task is enqueued again without having run (dequeue/re-enqueue)
+        stop = task.stop_ts
+        seg = stop - task.start_ts
+        if stop == b.last_stop or seg < 0:
+            seg = 0
+        elif seg > self._budget:
+            seg = self._budget
+        b.last_stop = stop
+        if not task.flags & SCX_ENQ_WAKEUP:
+            b.run += seg
+            return b.avg, False
+        burst = b.run + seg
+        b.run = 0
+        avg = b.avg
+        if burst:  # a task never seen running has no burst to learn from
+            avg = b.avg = burst if avg < 0 else (avg + burst) >> 1
+        preempt = avg <= self._boost_ns  # also True for a task with no history yet
+        if preempt:
+            self.nr_boosted += 1
+        return avg, preempt
+
+    def _vruntime(self, b: _Burst, task: Task, w: int) -> int:
+        """The task's vruntime after its charge, with the sleeper credit capped at one budget; moves
+        the global vruntime along."""
+        budget = self._budget
+        v = task.vtime
+        if b.vtime > v:
+            v = b.vtime
+        g = self._vnow
+        if v > g:
+            g = v
+        elif v < g - budget:
+            v = g - budget
+            self.nr_clamped += 1
+        if task.throttled and v < g:
+            v = g
+        # The charge: every run since the last record. BPF sends a placed task's record at most
+        # once a budget, so one carries about a budget of runs, plus the run that ended it; the
+        # cap only keeps a bogus figure from throwing the global vruntime far ahead.
+        charge = task.run_ns
+        if charge > self._charge_cap:
+            charge = self._charge_cap
+        if charge > 0:
+            charge = charge if w == NICE0_WEIGHT else charge * NICE0_WEIGHT // w
+            v += charge
+            g += charge // self._nr_cpus
+        self._vnow = g
+        return v
 
     def stats(self) -> dict[str, int]:
         return {

@@ -1,26 +1,34 @@
-"""A small reader for raw BTF blobs (/sys/kernel/btf/vmlinux, the .BTF section of a BPF object).
+"""BTF, the kernel's and a BPF object's type information: the one module that reads it.
 
-Why not libbpf's BTF API (btf__new, btf__find_by_name_kind, btf__type_by_id), which does the same
-walk: this reader serves doctor's kernel.btf check, and doctor must answer the kernel question on a
-machine where libbpf.so.1 is missing or too old. There, the `libbpf` row fails ("required to run
-pyland") and the verdict says "the kernel supports sched_ext, but pyland cannot run here"; through
-libbpf, kernel.btf could not look inside the BTF either, and as one of the verdict's kernel checks
-its failure would turn that into "THIS KERNEL CANNOT RUN sched_ext SCHEDULERS", which is false.
-Code that runs only where libbpf is loaded (BpfObject.member_offset) uses libbpf's BTF instead.
+Two readers answer the same questions ("which members does struct sched_ext_ops have here?"):
+- `Btf`, a pure-Python walk of the type section record by record, as the kernel's
+  btf_parse_type_sec() does. It serves doctor's kernel.btf check, which must answer the kernel
+  question where libbpf.so.1 is missing or too old: there only pyland is out ("the kernel supports
+  sched_ext, but pyland cannot run here"), not the kernel.
+- libbpf's parser (`btf_struct_members`, `btf_member_offsets`, `sched_ext_ops_members`), for code
+  that runs where libbpf is loaded anyway: under emulation the Python walk of a kernel's 5 MB of
+  types takes over a second, on every load and restart of pyland; libbpf's a tenth of that.
 
-It walks the type section record by record, as the kernel's btf_parse_type_sec() does, so a
-question like "does this kernel have `struct sched_ext_ops`?" is answered from the type graph
-rather than from a substring that may sit in any string (a kfunc name, a comment, a member).
-Format: Documentation/bpf/btf.rst and include/uapi/linux/btf.h.
+Both answer from the type graph, not from a substring that may sit in any string (a kfunc name, a
+member). Format: Documentation/bpf/btf.rst and include/uapi/linux/btf.h.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import enum
+import errno
+import functools
+import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from scxctl.bpf import libbpf_api as api
+from scxctl.bpf.errors import BpfError, error_for_errno
+from scxctl.sysfs import VMLINUX_BTF, SysRoot
 
 BTF_MAGIC = 0xEB9F
 BTF_VERSION = 1
@@ -232,3 +240,110 @@ class Btf:
 def find_struct(data: bytes, name: str) -> BtfType | None:
     """The STRUCT type `name` in a raw BTF blob, or None; raises BTFError when the blob is invalid."""
     return Btf(data).find(Kind.STRUCT, name)
+
+
+BANDWIDTH_HOOK = "cgroup_set_bandwidth"  # in struct sched_ext_ops since 6.17: cpu.max reaches BPF
+
+
+# -- libbpf's parser
+
+
+def _members_at(btf: int, struct_name: str, flatten: bool = False) -> dict[str, int] | None:
+    """Member name -> bit offset of STRUCT `struct_name` in a libbpf `struct btf`; None if absent.
+
+    `flatten`: the members of an anonymous struct or union member count as the struct's own, at
+    their offset in it, as C names them (cgroup.ancestors lies in one on recent kernels)."""
+    type_id = api.lib().btf__find_by_name_kind(btf, struct_name.encode(), api.BTF_KIND_STRUCT)
+    if type_id < 0:
+        return None
+    out: dict[str, int] = {}
+    _add_members(btf, type_id, 0, out, flatten)
+    return out
+
+
+def _add_members(btf: int, type_id: int, base_bits: int, out: dict[str, int], flatten: bool) -> None:
+    lib = api.lib()
+    t = api.BtfType.from_address(lib.btf__type_by_id(btf, type_id))
+    kflag = t.info >> 31
+    members = (api.BtfMember * (t.info & 0xFFFF)).from_address(ctypes.addressof(t) + ctypes.sizeof(t))
+    for m in members:
+        bits = base_bits + (m.offset & 0xFFFFFF if kflag else m.offset)
+        name = (lib.btf__name_by_offset(btf, m.name_off) or b"").decode()
+        if name or not flatten:
+            # flattened, a bitfield (its size in the offset's top byte) has no byte offset: -1
+            out.setdefault(name, -1 if flatten and kflag and m.offset >> 24 else bits)
+            continue
+        inner = api.BtfType.from_address(lib.btf__type_by_id(btf, m.type))
+        if (inner.info >> 24) & 0x1F in (api.BTF_KIND_STRUCT, api.BTF_KIND_UNION):
+            _add_members(btf, m.type, bits, out, flatten)
+
+
+def object_member_offsets(btf: int, struct_name: str) -> dict[str, int] | None:
+    """Member name -> bit offset of `struct_name` in a loaded object's BTF (bpf_object__btf)."""
+    return _members_at(btf, struct_name)
+
+
+@contextlib.contextmanager
+def _parsed(path: Path) -> Iterator[int]:
+    """libbpf's `struct btf` of the file `path`; OSError when unreadable, BpfError when not BTF."""
+    btf = api.lib().btf__parse(os.fsencode(path), None)
+    if not btf:
+        err = ctypes.get_errno() or errno.EINVAL
+        if err in (errno.ENOENT, errno.EACCES, errno.EPERM):
+            raise OSError(err, os.strerror(err), str(path))
+        raise error_for_errno(err, f"cannot parse the BTF in {path}")
+    try:
+        yield btf
+    finally:
+        api.lib().btf__free(btf)
+
+
+def btf_struct_members(path: Path, struct_name: str) -> tuple[str, ...] | None:
+    """The members of STRUCT `struct_name` in the BTF file `path` (raw, as /sys/kernel/btf/vmlinux,
+    or ELF), in order; None when the file has no such struct. Raises OSError when the file cannot
+    be read and BpfError when it is not valid BTF."""
+    with _parsed(path) as btf:
+        members = _members_at(btf, struct_name)
+    return tuple(members) if members is not None else None
+
+
+def btf_member_offsets(path: Path, wanted: Mapping[str, Sequence[str]]) -> dict[str, dict[str, int]]:
+    """Byte offsets of the members `wanted` (struct -> member names) in the BTF file `path`, in
+    one parse. BpfError names a struct or member the file lacks, or one that is a bitfield; OSError
+    and BpfError otherwise as btf_struct_members."""
+    out: dict[str, dict[str, int]] = {}
+    with _parsed(path) as btf:
+        for struct_name, names in wanted.items():
+            members = _members_at(btf, struct_name, flatten=True)
+            if members is None:
+                raise BpfError(f"the BTF in {path} has no struct {struct_name}")
+            out[struct_name] = {}
+            for name in names:
+                bits = members.get(name)
+                if bits is None or bits < 0 or bits % 8:
+                    what = "no member" if bits is None else "a bitfield member"
+                    raise BpfError(f"the BTF in {path} has {what} {struct_name}.{name}")
+                out[struct_name][name] = bits // 8
+    return out
+
+
+def sched_ext_ops_members(sysroot: SysRoot | None = None) -> tuple[str, ...] | None:
+    """The members of the running kernel's struct sched_ext_ops: which callbacks it can call.
+    Empty when the BTF has no such struct (no sched_ext); None when it is missing or unreadable."""
+    path = (sysroot or SysRoot()).path(VMLINUX_BTF)
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return _cached_struct_members(str(path), st.st_size, st.st_mtime_ns, "sched_ext_ops")
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_struct_members(path: str, size: int, mtime_ns: int, name: str) -> tuple[str, ...] | None:
+    """Cached by the file's identity: the kernel's BTF only changes with a reboot, and pyland asks
+    again on every restart the kernel requests (e.g. at each CPU hotplug)."""
+    try:
+        members = btf_struct_members(Path(path), name)
+    except (OSError, BpfError):
+        return None
+    return members if members is not None else ()
