@@ -182,12 +182,14 @@ def dead_pid() -> int:
 
 @pytest.mark.parametrize("why", ["pid gone", "old"])
 def test_a_stale_snapshot_is_reported_as_stale_not_live(fake: FakeRoot, why: str) -> None:
-    put(snapshot(pid=dead_pid()) if why == "pid gone" else snapshot(age_s=30))
+    doc_pid = dead_pid() if why == "pid gone" else os.getpid()
+    put(snapshot(pid=doc_pid) if why == "pid gone" else snapshot(age_s=30))
     code, out, _ = invoke("--interval", "0.05")
     assert code == 0
     (line,) = [ln for ln in out.splitlines() if ln.startswith("pyland:")]
-    assert "counters stale" in line
-    assert ("is gone" if why == "pid gone" else "written 30 s ago") in line
+    assert line.startswith(f"pyland:     counters of pid {doc_pid} stale: ")
+    assert line.endswith("its process is gone (not shown as live)" if why == "pid gone"
+                         else "written 30 s ago (not shown as live)")
     assert "records" not in out
     doc = json.loads(invoke("--json", "--interval", "0.05")[1])
     assert doc["pyland"]["live"] is False and doc["pyland"]["per_s"] is None

@@ -75,7 +75,7 @@ def render(doc: dict[str, Any]) -> list[str]:
         lines.append("pyland:     no counters published (no pyland-stats.json: not written yet, or "
                      "another runtime directory)")
     if p is not None and not p["live"]:
-        lines.append(f"pyland:     counters stale (pid {p['pid']}: {p['stale']}); not shown as live")
+        lines.append(f"pyland:     counters of pid {p['pid']} stale: {p['stale']} (not shown as live)")
     elif p is not None:
         lines.append(f"pyland:     pid {p['pid']}, policy {p['policy']}, {p['mode']} mode, "
                      f"restarts {p['restarts']}")
@@ -152,7 +152,7 @@ def _follow(interval: float, json_output: bool) -> None:
     cur = lib.take()
     _check_kernel(cur)
     with Live(Text("\n".join(render(lib.document(None, cur)))), console=ui.out,
-              auto_refresh=False) as live:
+              auto_refresh=False, redirect_stdout=False) as live:
         while True:
             prev = cur
             time.sleep(interval)
@@ -167,8 +167,7 @@ def stats(
 ) -> None:
     """What the running scheduler does, per second and in total: pyland's counters, the kernel's events.
 
-    Also the daemon's view when one runs. Without a loaded scheduler it says so and exits 0; exit 4
-    on a kernel without sched_ext.
+    Also the daemon's view when one runs. No loaded scheduler: one line, exit 0. No sched_ext: exit 4.
     """
     if not interval > 0:
         raise UsageError(f"--interval must be more than 0 seconds, got {interval:g}")

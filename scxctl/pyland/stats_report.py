@@ -108,7 +108,7 @@ def age_s(doc: dict[str, Any], now: float | None = None) -> float:
 def stale_reason(doc: dict[str, Any], now: float | None = None) -> str | None:
     """Why the snapshot no longer describes a running pyland, or None while it is live."""
     if not pid_alive(doc["pid"]):
-        return f"pid {doc['pid']} is gone"
+        return "its process is gone"
     interval = doc.get("interval_s")
     interval = interval if isinstance(interval, int | float) and interval > 0 else INTERVAL_S
     age = age_s(doc, now)
