@@ -79,6 +79,11 @@ COMMANDS: tuple[LazyCommand, ...] = (
         "What runs now, from the kernel's point of view, and what the daemon wants and did.",
     ),
     LazyCommand(
+        "stats",
+        "scxctl.commands.stats",
+        "What the running scheduler does, per second and in total: pyland's counters, the kernel's events.",
+    ),
+    LazyCommand(
         "list",
         "scxctl.commands.lifecycle",
         "Schedulers the daemon may run (pyland and the config's allow-list) and the modes.",

@@ -58,6 +58,23 @@ def control_socket() -> Path:
     return _env_path("SCXCTL_SOCKET", runtime_dir() / "control.sock")
 
 
+PYLAND_STATS_NAME = "pyland-stats.json"
+
+
+def pyland_stats_file() -> Path:
+    """pyland's counters, written by the running loop for `scxctl stats` and the daemon's metrics."""
+    return runtime_dir() / PYLAND_STATS_NAME
+
+
+METRICS_FILE_DEFAULT = "/var/lib/prometheus/node-exporter/scxctl.prom"
+
+
+def metrics_file() -> Path:
+    """Where the daemon writes its Prometheus text when the config does not say (node-exporter's
+    textfile collector directory); $SCXCTL_METRICS_FILE overrides, so test daemons stay out of it."""
+    return _env_path("SCXCTL_METRICS_FILE", METRICS_FILE_DEFAULT)
+
+
 def user_data_dir() -> Path:
     """Per-user data (bench results); honours XDG_DATA_HOME through platformdirs."""
     import platformdirs  # here, not at the top: `scxctl status` needs paths but not this (~10 ms)

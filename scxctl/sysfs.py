@@ -185,6 +185,29 @@ def read_sched_ext(sysroot: SysRoot | None = None) -> SchedExtStatus:
     )
 
 
+def read_sched_ext_events(sysroot: SysRoot | None = None) -> dict[str, int] | None:
+    """The root scheduler's event counters (root/events, 6.16+: `SCX_EV_NAME VALUE` lines), or None
+    where the kernel has no such file or no scheduler is loaded (root/ goes with the scheduler).
+
+    Never raises: a file that vanishes mid-read (the scheduler left) or cannot be read is None, and a
+    line that is not `NAME VALUE` is skipped, so a newer kernel's extra format cannot break a reader.
+    """
+    sr = sysroot or SysRoot()
+    try:
+        text = sr.read_optional(f"{SCHED_EXT_DIR}/root/events")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if text is None:
+        return None
+    events: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, value = line.strip().partition(" ")
+        number = _int_or_none(value.strip())
+        if name and number is not None:
+            events[name] = number
+    return events
+
+
 VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
 
 

@@ -223,6 +223,9 @@ class DaemonEnv:
         self.config = tmp / "etc/config.toml"
         self.config.parent.mkdir()
         self.config.write_text(fake_config(tmp, self.standin))
+        # the default metrics file, in a directory of its own (never the machine's node-exporter's)
+        self.metrics = tmp / "node-exporter/scxctl.prom"
+        self.metrics.parent.mkdir()
         self.env = {
             **os.environ,
             "SCXCTL_SYSROOT": str(tmp / "sysroot"),
@@ -230,6 +233,7 @@ class DaemonEnv:
             "SCXCTL_STATE_DIR": str(tmp / "state"),
             "SCXCTL_LOG_DIR": str(tmp / "log"),
             "SCXCTL_RUNTIME_DIR": str(runtime),
+            "SCXCTL_METRICS_FILE": str(self.metrics),
             "STANDIN_LOG": str(self.standin_log),
             "PYTHONPATH": str(REPO),
         }
@@ -246,6 +250,7 @@ class DaemonEnv:
             "SCXCTL_STATE_DIR",
             "SCXCTL_LOG_DIR",
             "SCXCTL_RUNTIME_DIR",
+            "SCXCTL_METRICS_FILE",
         ):
             monkeypatch.setenv(key, self.env[key])
 

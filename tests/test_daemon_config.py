@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from scxctl.cli import app
-from scxctl.daemon.config import ConfigError, DaemonConfig, load_config
+from scxctl.daemon.config import ConfigError, DaemonConfig, load_config, parse_config
 from scxctl.daemon.modes import PYLAND_MODES, Mode, parse_mode
 
 GOOD = """
@@ -106,3 +106,42 @@ def test_every_mode_is_accepted_by_scxctl_run(mode: Mode, monkeypatch: pytest.Mo
     assert opts.policy == want.policy and opts.builtin_idle == want.builtin_idle
     if want.slice_us is not None:
         assert opts.slice_us == want.slice_us and opts.slice_min_us == want.slice_min_us
+
+
+def test_metrics_defaults_to_node_exporters_directory_every_15_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SCXCTL_METRICS_FILE", raising=False)
+    metrics = DaemonConfig().metrics
+    assert metrics.file == Path("/var/lib/prometheus/node-exporter/scxctl.prom")
+    assert metrics.interval_s == 15.0
+    monkeypatch.setenv("SCXCTL_METRICS_FILE", "/tmp/x/m.prom")
+    assert parse_config({}).metrics.file == Path("/tmp/x/m.prom")
+
+
+def test_metrics_file_and_interval_are_read_and_empty_turns_them_off() -> None:
+    m = parse_config({"metrics": {"file": "/srv/prom/scxctl.prom", "interval_s": 2}}).metrics
+    assert (m.file, m.interval_s) == (Path("/srv/prom/scxctl.prom"), 2.0)
+    assert parse_config({"metrics": {"file": ""}}).metrics.file is None
+
+
+@pytest.mark.parametrize(
+    ("table", "needle"),
+    [
+        ({"interval_s": 0}, "[metrics].interval_s: must be > 0"),
+        ({"interval_s": "15"}, "[metrics].interval_s: expected"),
+        ({"interval_s": True}, "got a boolean"),
+        ({"file": "scxctl.prom"}, "[metrics].file: expected an absolute file path"),
+        ({"file": "/var/lib/prometheus/"}, "[metrics].file: expected an absolute file path"),
+        ({"file": 1}, "[metrics].file: expected str"),
+        ({"path": "/x.prom"}, "[metrics]: unknown key(s) path"),
+    ],
+)
+def test_bad_metrics_settings_are_rejected(table: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config({"metrics": table})
+    assert needle in str(err.value)
+
+
+def test_the_example_config_parses_with_the_default_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SCXCTL_METRICS_FILE", raising=False)
+    example = Path(__file__).resolve().parent.parent / "packaging/systemd/config.toml.example"
+    assert load_config(example).metrics == DaemonConfig().metrics

@@ -112,8 +112,9 @@ def test_depends_cover_every_import() -> None:
     explicit = relation_names(binary["Depends"])
     from_pyproject = {re.split(r"[<>=!~\[; ]", d)[0].lower() for d in PYPROJECT["project"]["dependencies"]}
     assert "${python3:Depends}" in binary["Depends"]
+    dist = {m: m.replace("_", "-") for m in third_party_imports()}  # prometheus_client: prometheus-client
     missing = {m for m in third_party_imports() - OPTIONAL_IMPORTS.keys()
-               if m not in from_pyproject and f"python3-{m}" not in explicit}
+               if dist[m] not in from_pyproject and f"python3-{dist[m]}" not in explicit}
     assert not missing, f"imported by scxctl/ but in neither pyproject's dependencies nor Depends: {missing}"
     # libbpf.so.1 is loaded with ctypes, which no dependency generator sees
     libbpf = (ROOT / "scxctl" / "bpf" / "libbpf_api.py").read_text()
@@ -135,6 +136,22 @@ def test_no_recommends_or_suggests_that_scxctl_does_not_use() -> None:
     for field in ("Recommends", "Suggests"):
         for name in relation_names(binary.get(field, "")):
             assert name.removeprefix("python3-") in code, f"{field}: {name} is never used by scxctl/"
+
+
+def test_metrics_need_prometheus_client_and_suggest_node_exporter() -> None:
+    binary = control()[1]
+    assert "prometheus_client" in third_party_imports()
+    assert "python3-prometheus-client" in relation_names(binary["Depends"])
+    assert "prometheus-node-exporter" in relation_names(binary["Suggests"])
+
+
+def test_unit_writes_only_the_metrics_dir_and_has_no_ip_sockets(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SCXCTL_METRICS_FILE", raising=False)
+    # "-": a machine without node-exporter has no such directory, and the unit must start anyway
+    assert unit_values("ReadWritePaths") == [f"-{paths.metrics_file().parent}"]
+    assert unit_values("ProtectSystem") == ["strict"]
+    assert unit_values("RestrictAddressFamilies") == ["AF_UNIX"]
+    assert unit_values("NoNewPrivileges") == ["yes"]
 
 
 def test_control_is_what_a_debian_maintainer_expects() -> None:

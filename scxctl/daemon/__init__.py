@@ -3,5 +3,6 @@
 Modules, one job each: config (TOML), modes (mode -> pyland options), state (persisted desired
 state), exitinfo (why a child stopped), supervisor (child process life cycle), protocol (wire
 format), server (socket + peer authorisation), notify (sd_notify), service (request handling and
-start-up/shut-down), client (used by the CLI).
+start-up/shut-down), client (used by the CLI), stats (the readings behind `scxctl stats`), metrics
+(the Prometheus text file).
 """

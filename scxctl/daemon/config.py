@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scxctl import paths
 from scxctl.daemon.modes import BUILTIN_POLICIES, Mode
 from scxctl.fsutil import read_if_exists
 
@@ -40,6 +41,14 @@ class SupervisorLimits:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    """The Prometheus text file the daemon keeps for node-exporter's textfile collector."""
+
+    file: Path | None = field(default_factory=paths.metrics_file)  # None: no metrics
+    interval_s: float = 15.0
+
+
+@dataclass(frozen=True)
 class ExternalScheduler:
     """An allow-listed scx_* binary: exact path, expected root/ops name, per-mode arguments."""
 
@@ -62,6 +71,7 @@ class DaemonConfig:
     pyland_policies: tuple[str, ...] = BUILTIN_POLICIES  # names non-root clients may pass
     pyland_ops: str = PYLAND
     limits: SupervisorLimits = field(default_factory=SupervisorLimits)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     schedulers: dict[str, ExternalScheduler] = field(default_factory=dict)
 
     def scheduler_names(self) -> list[str]:
@@ -108,6 +118,23 @@ def _limits(table: dict[str, Any]) -> SupervisorLimits:
     return SupervisorLimits(**values)
 
 
+def _metrics(table: dict[str, Any]) -> MetricsConfig:
+    _check_keys(table, {"file", "interval_s"}, "[metrics]")
+    default = MetricsConfig()
+    interval = _typed(table, "interval_s", (int, float), "[metrics]", default.interval_s)
+    if not interval > 0:
+        raise ConfigError(f"[metrics].interval_s: must be > 0, got {interval}")
+    if "file" not in table:
+        return MetricsConfig(default.file, float(interval))
+    name = _typed(table, "file", str, "[metrics]", "")
+    if not name:
+        return MetricsConfig(None, float(interval))  # "" turns the metrics off
+    path = Path(name)
+    if not path.is_absolute() or name.endswith("/") or path.name in ("", ".", ".."):
+        raise ConfigError(f"[metrics].file: expected an absolute file path or \"\" (off), got {name!r}")
+    return MetricsConfig(path, float(interval))
+
+
 def _signal(value: Any, where: str) -> int:
     if isinstance(value, str) and value in signal.Signals.__members__:
         return int(signal.Signals[value])
@@ -147,6 +174,7 @@ def parse_config(data: dict[str, Any]) -> DaemonConfig:
             "supervisor",
             "pyland",
             "schedulers",
+            "metrics",
         },
         "config",
     )
@@ -172,6 +200,7 @@ def parse_config(data: dict[str, Any]) -> DaemonConfig:
         pyland_policies=policies,
         pyland_ops=_typed(pyland, "ops", str, "[pyland]", PYLAND),
         limits=_limits(_typed(data, "supervisor", dict, "config", {})),
+        metrics=_metrics(_typed(data, "metrics", dict, "config", {})),
         schedulers=schedulers,
     )
 

@@ -23,6 +23,7 @@ from scxctl.daemon import notify, protocol
 from scxctl.daemon.config import PYLAND, ConfigError, DaemonConfig, load_config
 from scxctl.daemon.exitinfo import ExitInfo
 from scxctl.daemon.listing import listing
+from scxctl.daemon.metrics import Facts, MetricsWriter
 from scxctl.daemon.modes import PYLAND_MODES, Mode, parse_mode
 from scxctl.daemon.protocol import Request
 from scxctl.daemon.server import ControlServer, Peer
@@ -32,7 +33,14 @@ from scxctl.daemon.supervisor import ChildSpec, Supervisor
 from scxctl.errors import ExitCode, ScxctlError, UsageError
 from scxctl.log import get_logger
 from scxctl.pyland.cgroup_report import read_snapshot
-from scxctl.sysfs import STATE_DISABLED, SchedExtStatus, SysRoot, sysrq_reset_sched_ext
+from scxctl.pyland.stats_report import read_stats, stale_reason
+from scxctl.sysfs import (
+    STATE_DISABLED,
+    SchedExtStatus,
+    SysRoot,
+    read_sched_ext_events,
+    sysrq_reset_sched_ext,
+)
 
 log = get_logger("scxctl.daemon")
 
@@ -65,6 +73,7 @@ class Daemon:
         self.server = ControlServer(self.socket_path, self.handle, lambda: self.config.group)
         self._lock: asyncio.Lock | None = None
         self._stop: asyncio.Event | None = None
+        self.metrics: MetricsWriter | None = None
 
     # -- start-up and shut-down -------------------------------------------------------------
 
@@ -127,6 +136,8 @@ class Daemon:
         )
         notify.notify(READY=1, STATUS="serving", MAINPID=os.getpid())
         heartbeat = asyncio.create_task(self._heartbeat())
+        self.metrics = MetricsWriter(self.config.metrics, self._metrics_facts)
+        metrics = asyncio.create_task(self.metrics.run())
         restore = asyncio.create_task(self._restore())
         await self._stop.wait()
         log.info(
@@ -141,9 +152,11 @@ class Daemon:
             await restore
         await self.server.close()
         await self.supervisor.stop("daemon_shutdown")
-        heartbeat.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await heartbeat
+        for task in (heartbeat, metrics):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.metrics.write_once()  # the last word: the scheduler is down, not frozen at "up"
         log.info("daemon_stopped", scheduler=None, pid=os.getpid(), reason="signal")
         return 0
 
@@ -191,6 +204,21 @@ class Daemon:
             if fields:
                 notify.notify(**fields)
             await asyncio.sleep(period)
+
+    def _metrics_facts(self) -> Facts:
+        """What the metrics file shows now; pyland's counters only from our own child's live snapshot."""
+        st = self.status()
+        sup = st["supervisor"]
+        pyland = None
+        if st["kernel"]["owner"] == "scxctl" and sup["scheduler"] == PYLAND and sup["pid"]:
+            doc = read_stats(sup["pid"])
+            pyland = doc if doc is not None and stale_reason(doc) is None else None
+        try:
+            release = self.sysroot.kernel_release()
+        except OSError:
+            release = "unknown"
+        return Facts(st, self.supervisor.counts, release, read_sched_ext_events(self.sysroot), pyland,
+                     time.monotonic() - self.supervisor.counts.changed_at)
 
     # -- persistence callbacks from the supervisor --------------------------------------------
 

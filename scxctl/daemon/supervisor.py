@@ -16,10 +16,11 @@ import contextlib
 import enum
 import json
 import os
+import re
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from scxctl.daemon import exitinfo
@@ -56,6 +57,26 @@ class ChildSpec:
     stop_signal: int = signal.SIGTERM
 
 
+_KIND_NAME = re.compile(r"^[A-Z][A-Z_]{0,31}$")
+
+
+@dataclass
+class Counts:
+    """Totals since the daemon started, for its metrics: what changed, and why restarts happened.
+
+    Label values stay a small fixed set: restarts by the daemon's exit kind, ejections by the
+    kernel's exit kind the child stated (anything else is "unknown").
+    """
+
+    switches: int = 0  # a scheduler (or a mode, a policy) started on request or at restore
+    restarts: collections.Counter[str] = field(default_factory=collections.Counter)
+    ejections: collections.Counter[str] = field(default_factory=collections.Counter)
+    changed_at: float = field(default_factory=time.monotonic)  # the last start, stop, exit or switch
+
+    def changed(self) -> None:
+        self.changed_at = time.monotonic()
+
+
 class Supervisor:
     def __init__(
         self,
@@ -87,6 +108,7 @@ class Supervisor:
         self._stop_reason = "stop"
         self._last_pid: int | None = None
         self._exited: asyncio.Task[int] | None = None
+        self.counts = Counts()
 
     # -- public ---------------------------------------------------------------------------------
 
@@ -108,6 +130,8 @@ class Supervisor:
         """Stop whatever runs, then supervise `spec` from a clean failure budget."""
         await self.stop("replaced")
         self.spec = spec
+        self.counts.switches += 1
+        self.counts.changed()
         self.restart_count = 0
         self.reattach_count = 0
         self.gave_up = None
@@ -129,6 +153,7 @@ class Supervisor:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            self.counts.changed()
         self.phase = Phase.IDLE
         self.next_start_at = None
 
@@ -180,9 +205,14 @@ class Supervisor:
             await asyncio.sleep(delay)
             self.next_start_at = None
             self.restart_count += 1
+            self.counts.restarts[info.kind] += 1
 
     def _record_exit(self, spec: ChildSpec, info: ExitInfo) -> None:
         self.last_exit = info
+        self.counts.changed()
+        if info.kind == exitinfo.EJECTED:
+            kind = info.kernel_exit_kind or ""
+            self.counts.ejections[kind if _KIND_NAME.match(kind) else "unknown"] += 1
         log.error(
             "scheduler_exited",
             scheduler=spec.scheduler,
@@ -297,6 +327,7 @@ class Supervisor:
                       started: float) -> None:
         self.enable_latency_s = round(time.monotonic() - started, 3)
         self.running_since = time.monotonic()
+        self.counts.changed()
         self.phase = Phase.RUNNING
         log.info(
             "scheduler_enabled",

@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from scxctl import log as logsetup
 from scxctl.bpf import object as bpfobject
@@ -54,6 +55,7 @@ from scxctl.pyland.preflight import preflight
 from scxctl.pyland.records import COMPAT_MISSING, OPS_NAME, POLICY_SINCE, PROGRESS_AT, SHARED_COUNTERS
 from scxctl.pyland.run_result import RunResult, outcome, too_many_restarts
 from scxctl.pyland.shared import ExitInfo, SharedState
+from scxctl.pyland.stats_report import StatsReport, numbers
 from scxctl.pyland.watchdog import PolicyStuck, PolicyWatchdog, StuckReport
 from scxctl.sysfs import nr_cpu_ids, read_sched_ext
 
@@ -169,6 +171,7 @@ class Scheduler:
         self._clamp_warned = False
         self.obj: BpfObject | None = None
         self.cgroup_report: CgroupReport | None = None
+        self.stats_report = StatsReport()  # the counters for `scxctl stats` and the daemon's metrics
         self.link: BpfLink | None = None
         self.shared: SharedState | None = None
         self.loop: SchedulerLoop | None = None
@@ -272,11 +275,20 @@ class Scheduler:
         self._warn_clamped()
         if self.cgroup_report is not None:
             self.cgroup_report.maybe_write(now, self.shared.snapshot)
+        self.stats_report.maybe_write(now, self._stats_document)
         if self.opts.stats_interval > 0 and now >= self._next_stats:
             self._next_stats = now + self.opts.stats_interval
             log.info("pyland stats", **self.loop.stats.as_dict(), **self.shared.snapshot(),
                      **{f"policy_{k}": v for k, v in self.loop.policy.stats().items()},
                      restarts=self.restarts)
+
+    def _stats_document(self) -> dict[str, Any]:
+        """What the stats snapshot says besides its pid and clocks: totals over the run's attachments."""
+        assert self.loop is not None
+        return {"policy": self.loop.policy.name, "mode": "steer" if self.steer else "round-trip",
+                "restarts": self.restarts, "bpf": self._bpf_stats(), "loop": self._stats(),
+                "loop_cpu_s": time.thread_time(),  # the service runs on the loop's thread
+                "policy_stats": numbers(self.loop.policy.stats())}
 
     def _warn_clamped(self) -> None:
         """One warning line, the first time BPF (or the loop) had to bring a parameter into range."""
@@ -473,6 +485,7 @@ class Scheduler:
     def close(self) -> None:
         t0 = time.monotonic()
         self._close_object()
+        self.stats_report.close()
         log.debug("pyland closed", close_ms=round((time.monotonic() - t0) * 1e3, 1))
 
 
