@@ -164,9 +164,11 @@ def test_a_periodic_waker_beside_hogs_preempts_within_a_slice(guest: Path) -> No
     slice_us = DEFAULT_MIN_SLICE_NS / NSEC_PER_USEC
     assert "p90_us" in pyland and pyland["p90_us"] < slice_us / 2, read(guest, "waker-pyland.txt")[-1500:]
     lines = stats(read(guest, "waker.log"))
+    # first the premise: under a tenth of the 6000 wake-ups found a CPU idle (in one CI boot 5393
+    # did, and 49 preemptions were all it took)
+    assert lines and lines[-1]["nr_direct"] < 600, [(s["nr_direct"], s["nr_wake_preempts"]) for s in lines]
     preempts = [s["nr_wake_preempts"] for s in lines]
-    assert preempts and preempts[-1] > 1000, preempts  # 6 s of a 1 kHz waker, hogs beside it
-    assert lines[-1]["nr_direct"] < 600, lines[-1]  # under a tenth of the 6000 wake-ups found a CPU idle
+    assert preempts[-1] > 1000, preempts  # 6 s of a 1 kHz waker, hogs beside it
     assert lines[-1]["policy_reclassified"] > 0  # the hogs went to the batch class: preemptible
     assert read(guest, "waker.rc").strip() == "0"
 
