@@ -1,6 +1,6 @@
 """The error type every command raises and the exit codes it maps to.
 
-The codes are part of the CLI contract (documented in README.md and man/scxctl.1):
+The codes are part of the CLI contract (documented in docs/reference.md and man/scxctl.1):
 scripts branch on them, so never renumber one.
 """
 
