@@ -22,7 +22,11 @@ from scxctl.bench.schema import REPORT
 
 pytestmark = pytest.mark.vm
 
-TIMES = "--min-time 3 --max-time 6"
+# The bench's last measurement is the first longer than max-time (3 s, then doubled). At 6 s a run
+# under pyland, which gives adaptive_priority's slow workers little CPU, collected 15 to 41 slow
+# wake-ups in one boot, against the 20 below which the bench calls the run unreliable (and this
+# test fails); with max-time 8 the last measurement is the 12 s one.
+TIMES = "--min-time 3 --max-time 8"
 
 REF_ADAPTIVE_S = 10  # schtest's max-time
 REF_FAIRNESS_S = 6
@@ -112,7 +116,7 @@ def guest(vm: Any) -> Any:
     root = Path(__file__).resolve().parent
     subprocess.run(["make", "-s", "-C", str(root / "native")], check=True, capture_output=True)
     # The thresholds need vCPUs running in parallel: no single-threaded TCG fallback on panics.
-    res = vm.run(GUEST_SCRIPT, timeout=900, single_on_last_retry=False)
+    res = vm.run(GUEST_SCRIPT, timeout=1200, single_on_last_retry=False)
     assert res.message is None, f"guest harness failure: {res.message}\n{res.output[-3000:]}"
     return res
 

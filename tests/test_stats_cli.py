@@ -27,6 +27,7 @@ from scxctl import paths
 from scxctl.cli import app
 from scxctl.daemon import stats as lib
 from scxctl.errors import ExitCode
+from scxctl.fsutil import atomic_write_text
 
 EVENTS = "/sys/kernel/sched_ext/root/events"
 
@@ -81,7 +82,10 @@ def live_pyland(fake: FakeRoot) -> Iterator[None]:
         n = 0
         while not stop.is_set():
             put(snapshot(scale=1.0))
-            fake.write(EVENTS, f"SCX_EV_SELECT_CPU_FALLBACK {n}\nSCX_EV_DISPATCH_KEEP_LAST 3\n")
+            # replaced whole, as the kernel's file reads: FakeRoot.write unlinks first, and a reader
+            # between the unlink and the write found no events (its per-second value then "-")
+            events = f"SCX_EV_SELECT_CPU_FALLBACK {n}\nSCX_EV_DISPATCH_KEEP_LAST 3\n"
+            atomic_write_text(fake.path(EVENTS), events)
             n += 10
             stop.wait(0.1)
 
