@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
@@ -61,3 +63,22 @@ def locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def read_owned_json(path: Path, pid: int | None = None) -> dict[str, Any] | None:
+    """A JSON object a process wrote for others (its `pid` inside), or None when there is none, it
+    is unreadable, or (given `pid`) it is another process's."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or (pid is not None and doc.get("pid") != pid):
+        return None
+    return doc
+
+
+def remove_owned(path: Path, pid: int) -> None:
+    """Remove `path` if process `pid` wrote it: a newer writer's file stays."""
+    if read_owned_json(path, pid) is not None:
+        with contextlib.suppress(OSError):
+            path.unlink()

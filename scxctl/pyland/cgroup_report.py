@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scxctl import paths
-from scxctl.fsutil import atomic_write_text
+from scxctl.fsutil import atomic_write_text, read_owned_json, remove_owned
 from scxctl.log import get_logger
 from scxctl.pyland.records import CGROUP_BW, CGROUP_BW_FIELDS
 from scxctl.sysfs import SysRoot
@@ -123,19 +123,9 @@ class CgroupReport:
 
 
 def remove_snapshot(pid: int) -> None:
-    path = snapshot_path()
-    doc = read_snapshot()
-    if doc is not None and doc.get("pid") == pid:
-        with contextlib.suppress(OSError):
-            path.unlink()
+    remove_owned(snapshot_path(), pid)
 
 
 def read_snapshot(pid: int | None = None) -> dict[str, Any] | None:
     """The snapshot, or None when there is none, it is unreadable, or it is another process's."""
-    try:
-        doc = json.loads(snapshot_path().read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(doc, dict) or (pid is not None and doc.get("pid") != pid):
-        return None
-    return doc
+    return read_owned_json(snapshot_path(), pid)

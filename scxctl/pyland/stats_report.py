@@ -9,7 +9,6 @@ stale one (a pyland that was killed, or hangs) by its age and its pid.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from scxctl import paths
-from scxctl.fsutil import atomic_write_text
+from scxctl.fsutil import atomic_write_text, read_owned_json, remove_owned
 from scxctl.log import get_logger
 
 log = get_logger("scxctl.pyland")
@@ -68,23 +67,12 @@ def numbers(values: dict[str, Any]) -> dict[str, int | float]:
 
 def read_stats(pid: int | None = None, path: Path | None = None) -> dict[str, Any] | None:
     """The snapshot, or None when there is none, it is unreadable, or it is another process's."""
-    try:
-        doc = json.loads((path or paths.pyland_stats_file()).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(doc, dict) or not isinstance(doc.get("pid"), int):
-        return None
-    if pid is not None and doc["pid"] != pid:
-        return None
-    return doc
+    doc = read_owned_json(path or paths.pyland_stats_file(), pid)
+    return doc if doc is not None and isinstance(doc.get("pid"), int) else None
 
 
 def remove_stats(pid: int, path: Path | None = None) -> None:
-    path = path or paths.pyland_stats_file()
-    doc = read_stats(pid, path)
-    if doc is not None:
-        with contextlib.suppress(OSError):
-            path.unlink()
+    remove_owned(path or paths.pyland_stats_file(), pid)
 
 
 def pid_alive(pid: int) -> bool:
