@@ -134,7 +134,7 @@ static __always_inline void bw_roll(struct pyland_cgroup_bw *bw, u64 now)
 	bw->credit = credit;
 	__sync_fetch_and_sub(&bw->used, used - debt);
 	if (bw->throttled_at) {
-		bw->throttled_ns += now - bw->throttled_at;
+		bw->throttled_ns += pyl_elapsed(now, bw->throttled_at);
 		bw->throttled_at = 0;
 	}
 }
@@ -329,7 +329,7 @@ static __always_inline void bw_release_held(u64 now)
 		if (!tctx)
 			continue;
 		bw = bw_throttled(tctx, now);
-		if (bw && now - tctx->bw_held_at < cfg.bw_max_hold_ns) {
+		if (bw && pyl_elapsed(now, tctx->bw_held_at) < cfg.bw_max_hold_ns) {
 			u64 end = bw_release_at(bw, tctx->bw_held_at);
 
 			if (!next || (s64)(end - next) < 0)
@@ -392,7 +392,7 @@ static __always_inline void bw_set(u64 id, u64 period_us, u64 quota_us, u64 burs
 			return;
 	}
 	if (bw->throttled_at) {
-		bw->throttled_ns += now - bw->throttled_at;
+		bw->throttled_ns += pyl_elapsed(now, bw->throttled_at);
 		bw->throttled_at = 0;
 	}
 	bw->period_ns = period_us * 1000;

@@ -362,6 +362,16 @@ static __always_inline u64 pyl_now(void)
 	return bpf_ksym_exists(scx_bpf_now___v1) ? scx_bpf_now___v1() : bpf_ktime_get_ns();
 }
 
+/*
+ * Time from `then` to `now`, 0 when `then` is later. A stamp written on another CPU can be ahead of
+ * this CPU's clock (scx_bpf_now() is each runqueue's cached clock), and a plain unsigned difference
+ * would read as ages: a task queued a moment ago as starved, a loop stamped just now as stalled.
+ */
+static __always_inline u64 pyl_elapsed(u64 now, u64 then)
+{
+	return (s64)(now - then) > 0 ? now - then : 0;
+}
+
 /* 7.0 warns on direct writes to p->scx.slice; the kfunc exists from 6.19 */
 bool scx_bpf_task_set_slice___v1(struct task_struct *p, u64 slice) __ksym __weak;
 

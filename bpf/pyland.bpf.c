@@ -161,7 +161,7 @@ static __always_inline bool direct_wake_allowed(const struct task_ctx *tctx, s32
 	    !pyl_dsq_nr_queued(shared_dsq()))
 		return true;	/* nobody waits that the insertion could pass */
 	cctx = lookup_cpu_ctx(cpu);
-	if (cctx && pyl_now() - cctx->served_at < cfg.direct_wake_ns)
+	if (cctx && pyl_elapsed(pyl_now(), cctx->served_at) < cfg.direct_wake_ns)
 		return true;
 	__sync_fetch_and_add(&shared.nr_grant_waits, 1);
 	return false;
@@ -391,7 +391,7 @@ static void roundtrip_enqueue(struct task_struct *p, struct task_ctx *tctx, u64 
 	 * still goes to the policy, so one that stopped sleeping is seen at once.
 	 */
 	now = pyl_now();
-	if (placed && now - tctx->record_at < cfg.max_slice_ns) {
+	if (placed && pyl_elapsed(now, tctx->record_at) < cfg.max_slice_ns) {
 		__sync_fetch_and_add(&shared.nr_coalesced, 1);
 		return;
 	}
@@ -765,7 +765,7 @@ static int rescue_starved(u64 dsq_id, u64 now, s32 this_cpu)
 		 * Only to a CPU the task may use: moving it to a local DSQ it is not allowed on (or while
 		 * it is migration-disabled) is a scheduler error the kernel ejects us for.
 		 */
-		if (tctx && now - tctx->dsq_at >= cfg.starve_ns &&
+		if (tctx && pyl_elapsed(now, tctx->dsq_at) >= cfg.starve_ns &&
 		    bpf_cpumask_test_cpu(this_cpu, p->cpus_ptr) &&
 		    (!bpf_core_field_exists(p->migration_disabled) || !BPF_CORE_READ(p, migration_disabled)) &&
 		    pyl_dsq_move(&it, p, SCX_DSQ_LOCAL, SCX_ENQ_HEAD)) {
@@ -852,12 +852,12 @@ static __always_inline bool rescue_due(s32 cpu, struct cpu_ctx *cctx, u64 now)
 	bool scanned = false;
 	int rescued = 0;
 
-	if (cctx && (shared.starving || now - cctx->rescue_scan_at >= RESCUE_PERIOD_NS)) {
+	if (cctx && (shared.starving || pyl_elapsed(now, cctx->rescue_scan_at) >= RESCUE_PERIOD_NS)) {
 		cctx->rescue_scan_at = now;
 		scanned = true;
 		rescued = rescue_starved(cpu_dsq(cpu), now, cpu);
 	}
-	if (!rescued && (shared.starving || now - shared.rescue_scan_at >= RESCUE_PERIOD_NS)) {
+	if (!rescued && (shared.starving || pyl_elapsed(now, shared.rescue_scan_at) >= RESCUE_PERIOD_NS)) {
 		shared.rescue_scan_at = now;
 		scanned = true;
 		rescued = rescue_starved(SHARED_DSQ, now, cpu);
@@ -944,7 +944,7 @@ void BPF_STRUCT_OPS(pyland_runnable, struct task_struct *p, u64 enq_flags)
 	tctx->exec_runtime = 0;	/* woke up: CPU time since the last sleep starts again */
 	tctx->nr_wakeups++;
 	if (tctx->stop_ts)
-		tctx->sleep_ns += pyl_now() - tctx->stop_ts;
+		tctx->sleep_ns += pyl_elapsed(pyl_now(), tctx->stop_ts);	/* stopped on another CPU */
 }
 
 void BPF_STRUCT_OPS(pyland_running, struct task_struct *p)
@@ -1149,11 +1149,11 @@ static void check_progress(void)
 		shared.progress_seen = consumed;
 		shared.progress_at = now;
 	}
-	arg[0] = (now - shared.progress_at) / 1000000;
+	arg[0] = pyl_elapsed(now, shared.progress_at) / 1000000;	/* user space may stamp after `now` */
 	if (policy_stalled(now, PROGRESS_BUDGETS * cfg.stall_ns)) {
 		arg[0] = (now - shared.policy_since) / 1000000;	/* the policy's overrun */
 		pyl_exit(PYLAND_EXIT_STALLED, fmt, arg, sizeof(arg));
-	} else if (now - shared.progress_at > PROGRESS_BUDGETS * cfg.stall_ns) {
+	} else if (pyl_elapsed(now, shared.progress_at) > PROGRESS_BUDGETS * cfg.stall_ns) {
 		pyl_exit(PYLAND_EXIT_STALLED, fmt, arg, sizeof(arg));
 	}
 }
@@ -1175,7 +1175,8 @@ static int heartbeat_fn(void *map, int *key, struct heartbeat *hb)
 	 * Without kicks there is nothing to do here: the scheduler then waits in a local DSQ, which
 	 * the kernel serves in order, within a slice of the task running there (see pyland_enqueue).
 	 */
-	if (pyl_can_kick() && usersched_has_pending() && now - shared.usersched_last_run_at >= cfg.timer_ns) {
+	if (pyl_can_kick() && usersched_has_pending() &&
+	    pyl_elapsed(now, shared.usersched_last_run_at) >= cfg.timer_ns) {
 		p = bpf_task_from_pid(cfg.usersched_tgid);
 		if (p) {
 			s32 cpu;

@@ -192,7 +192,7 @@ static __always_inline bool wake_preempts(struct task_struct *p, struct task_ctx
 	if (!cctx || !cctx->running_deadline || (s64)(tctx->deadline - cctx->running_deadline) >= 0 ||
 	    !running_preemptible(cctx))
 		return false;
-	if (now - cctx->preempted_at < cfg.preempt_gap_ns) {
+	if (pyl_elapsed(now, cctx->preempted_at) < cfg.preempt_gap_ns) {
 		__sync_fetch_and_add(&shared.nr_preempt_gated, 1);
 		return false;
 	}
@@ -267,7 +267,7 @@ static void steer_report(struct task_struct *p, struct task_ctx *tctx, u64 now)
 {
 	struct pyland_task *rec;
 
-	if (now - tctx->record_at < cfg.report_ns)
+	if (pyl_elapsed(now, tctx->record_at) < cfg.report_ns)
 		return;
 	rec = bpf_ringbuf_reserve(&reports, sizeof(*rec), 0);
 	if (!rec) {
@@ -288,7 +288,7 @@ static void steer_report(struct task_struct *p, struct task_ctx *tctx, u64 now)
  */
 static __always_inline bool reports_due(u64 now)
 {
-	return cfg.steer && now - shared.usersched_last_run_at >= cfg.report_ns &&
+	return cfg.steer && pyl_elapsed(now, shared.usersched_last_run_at) >= cfg.report_ns &&
 	       bpf_ringbuf_query(&reports, BPF_RB_AVAIL_DATA) > 0;
 }
 

@@ -307,7 +307,6 @@ static void *pair_worker(void *arg)
 {
 	struct pair *p = arg;
 
-	name_task(p->worker_name);
 	for (;;) {
 		sem_wait(p->sem, true, NULL);
 		if (p->fast) {
@@ -330,6 +329,8 @@ static void pair_process(struct role *r, void *arg)
 
 	if (err)
 		role_fail("sys", "cannot start the %s thread: %s", p->worker_name + 9, strerror(err));
+	/* named here, before this role reports ready: a name the thread set itself could come later */
+	pthread_setname_np(worker, p->worker_name);
 	for (;;) {
 		uint64_t n = get_iters(&r->ctl);
 
@@ -355,7 +356,6 @@ static void *floor_pong(void *arg)
 {
 	struct sem *s = arg; /* s[0] ping, s[1] pong */
 
-	name_task("scxbench-pong");
 	for (;;) {
 		sem_wait(&s[0], true, NULL);
 		sem_post(&s[1]);
@@ -371,6 +371,7 @@ static void floor_process(struct role *r, void *arg)
 
 	if (err)
 		role_fail("sys", "cannot start the pong thread: %s", strerror(err));
+	pthread_setname_np(pong, "scxbench-pong"); /* before ready, as in pair_process */
 	for (;;) {
 		uint64_t n = get_iters(&r->ctl);
 
