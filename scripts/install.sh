@@ -33,12 +33,15 @@ SRC
 fi
 
 log "installing system packages"
+# (dbus-daemon, dbus-bin, libglib2.0-bin, systemd: the D-Bus tests' private bus and its clients
+# dbus-send, gdbus and busctl)
 apt-get update -q
 apt-get install -y -q --no-install-recommends \
     python3 python3-venv python3-pip ca-certificates \
-    clang-19 llvm-19 make gcc libc6-dev \
+    clang-19 llvm-19 make gcc libc6-dev pkg-config \
     qemu-system-x86 qemu-utils debootstrap e2fsprogs cpio zstd xz-utils kmod \
-    stress-ng rt-tests procps util-linux git
+    stress-ng rt-tests procps util-linux git \
+    dbus-daemon dbus-bin libglib2.0-bin systemd
 apt-get install -y -q --no-install-recommends "${backports[@]}" libbpf1 libbpf-dev bpftool
 
 log "creating .venv with the project"
@@ -69,6 +72,10 @@ log "preparing the VM guest kernels (tools/vm kernel: newest, oldest)"
 for v in 7.2.11 7.2.6 7.2.12 7.2.9; do
     .venv/bin/python -m tools.vm kernel --version "$v" || log "kernel $v is not installable any more"
 done
+# the kernel's example scheduler scx_simple, built from the default guest kernel's source, for the
+# tests that run a sched_ext scheduler other than pyland (and the benchmarks that compare with it)
+log "building the kernel's example schedulers for the guest kernel (tools.vm.anchors)"
+.venv/bin/python -m tools.vm.anchors --quiet >/dev/null
 log "preparing the VM guest images (tools/vm image: the development one, the bare one for the .deb)"
 .venv/bin/python -m tools.vm image
 .venv/bin/python -m tools.vm image --flavour installed

@@ -14,16 +14,18 @@ if [ $# -gt 0 ]; then
     exec .venv/bin/python -m pytest "$@"
 fi
 
-SECOND=(tests/test_deb_vm.py tests/test_pyland_safety_vm.py tests/test_daemon_vm.py tests/test_pyland_vm.py tests/test_policy_vm.py)
+# the slowest steps of each process, to see where the fresh-clone time goes
+TIMES=(--durations=30 --durations-min=15)
+SECOND=(tests/test_deb_vm.py tests/test_dbus_vm.py tests/test_pyland_safety_vm.py tests/test_daemon_vm.py tests/test_pyland_vm.py tests/test_policy_vm.py)
 logs=$(mktemp -d /tmp/scxctl-test.XXXXXX)
-.venv/bin/python -m pytest -p no:cacheprovider "${SECOND[@]}" >"$logs/second.log" 2>&1 &
+.venv/bin/python -m pytest -p no:cacheprovider "${TIMES[@]}" "${SECOND[@]}" >"$logs/second.log" 2>&1 &
 second=$!
 trap 'kill $second 2>/dev/null || true' EXIT INT TERM
 
 ignore=()
 for m in "${SECOND[@]}"; do ignore+=("--ignore=$m"); done
 first_rc=0
-.venv/bin/python -m pytest "${ignore[@]}" 2>&1 | tee "$logs/first.log" || first_rc=$?
+.venv/bin/python -m pytest "${TIMES[@]}" "${ignore[@]}" 2>&1 | tee "$logs/first.log" || first_rc=$?
 second_rc=0
 wait $second || second_rc=$?
 trap - EXIT INT TERM

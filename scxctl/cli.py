@@ -44,6 +44,10 @@ class LazyCommand:
     name: str
     module: str
     help: str
+    panel: str | None = None  # a Rich help panel of its own (None: "Commands")
+
+
+LOADER_PANEL = "scx_loader compatible"  # the same text as commands/loader.py's PANEL
 
 
 # Help order. Add a command here (not by importing its module in this file) to keep start-up cheap.
@@ -108,6 +112,23 @@ COMMANDS: tuple[LazyCommand, ...] = (
         "scxctl.commands.trace",
         "Measure in the kernel (bcc): wake-up to run latency per process, name or cgroup.",
     ),
+    # scx_loader's scxctl verbs, after ours in their own help panel (`switch` and `list` are above)
+    LazyCommand("get", "scxctl.commands.loader",
+                "Get the info on the running scheduler (scx_loader's wording).", LOADER_PANEL),
+    LazyCommand("start", "scxctl.commands.loader",
+                "Start a scheduler in a mode or with arguments (fails if one is enabled: use switch).",
+                LOADER_PANEL),
+    LazyCommand("stop", "scxctl.commands.loader",
+                "Stop the current scheduler (the kernel's default scheduler runs; remembered across boots).",
+                LOADER_PANEL),
+    LazyCommand("restart", "scxctl.commands.loader",
+                "Restart the current scheduler with original configuration (fails if none is enabled).",
+                LOADER_PANEL),
+    LazyCommand("restore", "scxctl.commands.loader",
+                "Restore the default scheduler from configuration (default_scheduler in default_mode).",
+                LOADER_PANEL),
+    LazyCommand("modes", "scxctl.commands.loader",
+                "List the modes a scheduler can be started or switched in.", LOADER_PANEL),
 )
 
 
@@ -150,7 +171,7 @@ class _ScxctlGroup(TyperGroup):
         if entry is None:
             return super().get_command(ctx, cmd_name)
         if self._listing:
-            return TyperCommand(name=entry.name, help=entry.help)
+            return TyperCommand(name=entry.name, help=entry.help, rich_help_panel=entry.panel)
         if entry.module not in self._loaded:
             self._loaded[entry.module] = load_commands(entry.module)
         return self._loaded[entry.module][entry.name]

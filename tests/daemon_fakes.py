@@ -32,6 +32,17 @@ def _put(path: Path, text: str) -> None:
     tmp.write_text(text)
     os.replace(tmp, path)
 SCX = "sys/kernel/sched_ext"
+# a stand-in scheduler that takes client arguments (they follow its behaviour and number); a config
+# fragment to format with py= and standin= (JSON strings)
+TUNABLE = """
+[schedulers.tunable]
+command = [{py}, {standin}, "tunable"]
+ops = "tunable"
+allowed_args = ["--slice-us=[0-9]{{1,6}}", "--verbose"]
+[schedulers.tunable.modes]
+auto = ["ok", "0"]
+gaming = ["ok", "0", "gaming"]
+"""
 
 STANDIN = textwrap.dedent('''
     """Stand-in scheduler: attaches to the fake kernel, then behaves as told (argv: OPS BEHAVIOUR [ARG])."""
@@ -236,6 +247,8 @@ class DaemonEnv:
             "SCXCTL_METRICS_FILE": str(self.metrics),
             "STANDIN_LOG": str(self.standin_log),
             "PYTHONPATH": str(REPO),
+            # never the machine's system bus: a test that wants D-Bus passes its private bus
+            "DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={tmp / 'no-system-bus'}",
         }
         self.env.pop("NOTIFY_SOCKET", None)
         self.socket = runtime / "control.sock"

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 # Shell functions the guest scenario scripts share: state/ops of sched_ext, waiting for a state
 # (enabled means pyland is the loaded ops), results under $R.
@@ -66,3 +69,33 @@ def steady_rate(samples: Sequence[Sequence[float]], trim_s: float = 1.0) -> floa
     assert len(kept) >= 2 and kept[-1][0] - kept[0][0] >= 2.0, f"too few samples: {samples}"
     (t0, u0), (t1, u1) = kept[0], kept[-1]
     return (u1 - u0) / 1e6 / (t1 - t0)
+
+
+DEB_ENV = "SCXCTL_DEB"  # a .deb to test instead of one built from the working tree
+
+
+def installed_package(out: Path, extras: Sequence[str]) -> tuple[Path, Path]:
+    """For a module fixture: (the .deb, a local apt repository of its Depends closure and the
+    closures of `extras`) for a guest of the installed flavour. The .deb is $SCXCTL_DEB, else built
+    now from the working tree into `out`."""
+    from tools.vm import image, repo
+    from tools.vm.codes import VMError
+
+    if os.geteuid() != 0:
+        pytest.skip("building the package and the guest's apt repository needs root (debootstrap, chroot)")
+    if os.environ.get(DEB_ENV):
+        deb = Path(os.environ[DEB_ENV])
+    else:
+        from tools.deb.build import build_working_tree
+
+        deb = build_working_tree(out)
+    if not deb.is_file():
+        pytest.fail(f"${DEB_ENV} names no file: {deb}")
+    try:
+        image.current(image.INSTALLED) or image.build(flavour=image.INSTALLED)
+        repository = repo.build(deb, extras=tuple(extras))
+    except repo.Unresolvable as exc:  # a Depends trixie cannot satisfy: a finding, not a reason to skip
+        pytest.fail(f"{deb.name}: {exc.message}")
+    except VMError as exc:  # as the `vm` fixture: no image or no archive here is a reason to skip
+        pytest.skip(f"no installed-flavour image or apt repository, and making them failed: {exc.message}")
+    return deb, repository

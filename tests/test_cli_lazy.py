@@ -181,7 +181,7 @@ def test_completion_of_command_names_comes_from_the_table(typer_itself: set[str]
 @pytest.mark.parametrize(
     ("words", "cword", "expected"),
     [
-        ("scxctl st", 1, {"status", "stats"}),
+        ("scxctl st", 1, {"status", "stats", "start", "stop"}),
         ("scxctl bench ", 2, {"adaptive-priority", "fairness", "all", "workload", "list"}),
         ("scxctl status --", 2, {"--json", "--help"}),
         ("scxctl run --pol", 2, {"--policy", "--policy-budget-ms"}),

@@ -71,6 +71,15 @@ def test_missing_file_gives_defaults(tmp_path: Path) -> None:
             "unknown key(s) turbo",
         ),
         ("[schedulers.pyland]\ncommand = '/bin/a'", "invalid scheduler name"),
+        ("[schedulers.scx_a]\ncommand = '/bin/a'\nallowed_args = ['--x=(']", "not a valid regular expr"),
+        ("[schedulers.scx_a]\ncommand = '/bin/a'\nallowed_args = '--x'", "expected a list of patterns or"),
+        ("[schedulers.scx_a]\ncommand = '/bin/a'\nallowed_args = [1]", "allowed_args: expected a list"),
+        (
+            "[schedulers.scx_a]\ncommand = '/bin/a'\n[schedulers.scx_a.allowed_args]\nturbo = []",
+            "allowed_args: unknown key(s) turbo",
+        ),
+        ("[dbus]\nenabled = 'yes'", "[dbus].enabled: expected"),
+        ("[dbus]\nname = 'org.x'", "[dbus]: unknown key(s) name"),
         ("not toml at all [", "not valid TOML"),
     ],
 )
@@ -80,6 +89,23 @@ def test_bad_configs_are_rejected_with_a_clear_message(tmp_path: Path, text: str
     with pytest.raises(ConfigError) as exc:
         load_config(path)
     assert needle in str(exc.value) and str(path) in str(exc.value)
+
+
+def test_allowed_args_as_a_list_cover_every_mode_and_as_a_table_only_the_modes_named() -> None:
+    table = {"command": "/bin/a", "allowed_args": ["--slice-us=[0-9]+"]}
+    every = parse_config({"schedulers": {"scx_a": table}}).schedulers["scx_a"].allowed_args
+    assert every == {m.value: ("--slice-us=[0-9]+",) for m in Mode}
+    table = {"command": "/bin/a", "allowed_args": {"gaming": ["-k"]}}
+    some = parse_config({"schedulers": {"scx_a": table}}).schedulers["scx_a"].allowed_args
+    assert some == {"gaming": ("-k",)}
+    none = parse_config({"schedulers": {"scx_a": {"command": "/bin/a"}}}).schedulers["scx_a"].allowed_args
+    assert none == {}
+
+
+def test_dbus_is_on_unless_turned_off_and_the_default_scheduler_may_be_none() -> None:
+    assert DaemonConfig().dbus.enabled is True
+    assert parse_config({"dbus": {"enabled": False}}).dbus.enabled is False
+    assert parse_config({"default_scheduler": ""}).default_scheduler == ""
 
 
 def test_parse_mode() -> None:

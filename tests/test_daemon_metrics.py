@@ -5,6 +5,7 @@ writing it (and reading `scxctl stats`'s daemon view) while it keeps answering."
 from __future__ import annotations
 
 import collections
+import errno
 import json
 import os
 import stat
@@ -166,6 +167,18 @@ def test_an_unwritable_file_warns_once_and_recovers(tmp_path: Path, log: _Log) -
     assert writer.write_once() is True and writer.writes == 1
 
 
+def test_a_read_only_directory_says_how_to_make_it_writable(tmp_path: Path, log: _Log,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    def read_only(*_: Any) -> None:  # what the unit's ProtectSystem=strict sandbox answers
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(metrics, "atomic_write_bytes", read_only)
+    writer = metrics.MetricsWriter(MetricsConfig(tmp_path / "m.prom", 1.0), facts)
+    assert writer.write_once() is False
+    assert log.events[0][2]["reason"] == ("cannot write: Read-only file system (the directory appeared "
+                                          "after the daemon started: systemctl restart scxctl)")
+
+
 def test_a_bug_in_the_facts_is_a_warning_not_a_crash(tmp_path: Path, log: _Log) -> None:
     def broken() -> metrics.Facts:
         raise KeyError("supervisor")
@@ -178,6 +191,35 @@ def test_a_bug_in_the_facts_is_a_warning_not_a_crash(tmp_path: Path, log: _Log) 
 def test_off_writes_nothing(tmp_path: Path, log: _Log) -> None:
     writer = metrics.MetricsWriter(MetricsConfig(None, 1.0), facts)
     assert writer.write_once() is False and log.events == []
+
+
+def test_a_file_left_by_an_earlier_configuration_is_removed(tmp_path: Path, log: _Log) -> None:
+    """Metrics turned off or moved: node-exporter would export the old file's numbers forever."""
+    record = tmp_path / "metrics-file"
+    old, new = tmp_path / "a" / "scxctl.prom", tmp_path / "b" / "scxctl.prom"
+    old.parent.mkdir()
+    new.parent.mkdir()
+    first = metrics.MetricsWriter(MetricsConfig(old, 1.0), facts)
+    first.retire_previous(record)
+    assert first.write_once() and record.read_text() == f"{old}\n" and log.events == []
+
+    moved = metrics.MetricsWriter(MetricsConfig(new, 1.0), facts)
+    moved.retire_previous(record)
+    assert not old.exists() and record.read_text() == f"{new}\n"
+    assert log.events[-1][:2] == ("info", "metrics_file_removed")
+    assert (log.events[-1][2]["path"], log.events[-1][2]["reason"]) == (str(old), "metrics moved")
+    assert moved.write_once()
+
+    metrics.MetricsWriter(MetricsConfig(None, 1.0), facts).retire_previous(record)
+    assert not new.exists() and not record.exists()
+    assert log.events[-1][2]["reason"] == "metrics turned off"
+
+    # a file at the recorded path that is not ours stays
+    other = tmp_path / "a" / "other.prom"
+    other.write_text("# HELP node_custom something else\n")
+    record.write_text(f"{other}\n")
+    metrics.MetricsWriter(MetricsConfig(new, 1.0), facts).retire_previous(record)
+    assert other.exists() and record.read_text() == f"{new}\n"
 
 
 # -- a real test daemon ----------------------------------------------------------------------------

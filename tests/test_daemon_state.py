@@ -31,10 +31,17 @@ while True:
 def test_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "state.json"
     assert load_state(path) == DesiredState()
-    state = DesiredState(True, "pyland", "gaming", "fifo", 12.5, 1000, gave_up={"reason": "r"})
+    state = DesiredState(True, "pyland", "gaming", "fifo", 12.5, 1000, gave_up={"reason": "r"},
+                         args=["--slice-us=900"])
     save_state(path, state)
     assert load_state(path) == state
     assert json.loads(path.read_text())["version"] == 1
+
+
+def test_a_state_from_before_args_reads_as_started_by_mode(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.write_text('{"version": 1, "enabled": true, "scheduler": "pyland", "mode": "auto"}')
+    assert load_state(path).args == []
 
 
 @pytest.mark.parametrize(
@@ -46,6 +53,8 @@ def test_round_trip(tmp_path: Path) -> None:
         b'{"version": 1, "enabled": "yes"}',
         b'{"version": 1, "enabled": true}',
         b'{"version": 2}',
+        b'{"version": 1, "args": "--slice-us=1"}',
+        b'{"version": 1, "args": [1]}',
     ],
 )
 def test_bad_files_raise_state_error_naming_the_file(tmp_path: Path, raw: bytes) -> None:

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -136,6 +137,36 @@ def test_no_recommends_or_suggests_that_scxctl_does_not_use() -> None:
     for field in ("Recommends", "Suggests"):
         for name in relation_names(binary.get(field, "")):
             assert name.removeprefix("python3-") in code, f"{field}: {name} is never used by scxctl/"
+
+
+def test_dbus_and_polkit_files_go_where_the_bus_and_polkit_read_them() -> None:
+    installed = installed_paths()
+    assert installed["packaging/dbus/org.scx.Loader.conf"] == "/usr/share/dbus-1/system.d/org.scx.Loader.conf"
+    assert installed["packaging/polkit/org.scxctl.policy"] == "/usr/share/polkit-1/actions/org.scxctl.policy"
+    assert installed["packaging/polkit/50-scxctl.rules"] == "/usr/share/polkit-1/rules.d/50-scxctl.rules"
+    assert "python3-dbus-fast" in relation_names(control()[1]["Depends"])
+
+
+def test_the_bus_policy_polkit_action_and_unit_name_what_the_daemon_serves() -> None:
+    from scxctl.daemon import dbus_service, polkit
+    from scxctl.daemon.config import DaemonConfig
+
+    assert unit_values("BusName") == [dbus_service.BUS_NAME] and unit_values("Type") == ["notify"]
+    conf = ET.parse(ROOT / "packaging/dbus/org.scx.Loader.conf").getroot()
+    root = next(p for p in conf.iter("policy") if p.get("user") == "root")
+    assert [a.get("own") for a in root.iter("allow") if a.get("own")] == [dbus_service.BUS_NAME]
+    default = next(p for p in conf.iter("policy") if p.get("context") == "default")
+    assert not [a for a in default.iter("allow") if a.get("own")]
+    members = {a.get("send_member") for a in default.iter("allow")
+               if a.get("send_interface") == dbus_service.INTERFACE}
+    assert members == set(dbus_service.METHODS)  # polkit decides, so the bus lets every caller ask
+    actions = ET.parse(ROOT / "packaging/polkit/org.scxctl.policy").getroot()
+    (action,) = actions.iter("action")
+    assert action.get("id") == polkit.ACTION
+    assert action.findtext("defaults/allow_active") == "auth_admin_keep"
+    assert action.findtext("defaults/allow_any") == "no"
+    rules = (ROOT / "packaging/polkit/50-scxctl.rules").read_text()
+    assert 'indexOf("org.scxctl.") === 0' in rules and f'isInGroup("{DaemonConfig().group}")' in rules
 
 
 def test_metrics_need_prometheus_client_and_suggest_node_exporter() -> None:
@@ -327,3 +358,53 @@ def test_deb_builds_lintian_clean_reproducible_and_passes_autopkgtest(tmp_path: 
     assert "no E:, W: or P: tag" in out
     assert "reproducible: yes" in out
     assert "autopkgtest: pass" in out and "purge: PASS" in out
+
+
+def test_the_metrics_directory_is_one_path_in_the_unit_trigger_postinst_and_postrm() -> None:
+    metrics = Path(paths.METRICS_FILE_DEFAULT)
+    assert f"-{metrics.parent}" in unit_values("ReadWritePaths")
+    triggers = [ln.split() for ln in (DEBIAN / "scxctl.triggers").read_text().splitlines()
+                if ln.strip() and not ln.startswith("#")]
+    assert triggers == [["interest-noawait", str(metrics.parent)]]
+    assert re.search(rf"^DIR={re.escape(str(metrics.parent))}$", (DEBIAN / "scxctl.postinst").read_text(),
+                     re.MULTILINE)
+    assert re.search(rf"^\s*rm -f {re.escape(str(metrics))}$", (DEBIAN / "scxctl.postrm").read_text(),
+                     re.MULTILINE)
+
+
+@pytest.mark.parametrize("mounted,pid,restarts", [
+    (False, "4242", True),  # started before the directory existed: its sandbox lacks the entry
+    (True, "4242", False),  # the entry is there: nothing to do (an upgrade of node-exporter)
+    (False, "0", False),  # the unit is not running
+])
+def test_the_trigger_restarts_the_daemon_only_when_its_sandbox_lacks_the_directory(
+        tmp_path: Path, mounted: bool, pid: str, restarts: bool) -> None:
+    """The postinst's `triggered` branch, with systemctl, deb-systemd-invoke and /proc, /run and the
+    directory moved under tmp_path by rewriting their absolute paths in a copy of the script."""
+    metrics_dir = Path(paths.METRICS_FILE_DEFAULT).parent
+    fake = {"/run/systemd/system": tmp_path / "run-systemd", str(metrics_dir): tmp_path / "textfile",
+            "/proc/": f"{tmp_path}/proc/"}
+    text = (DEBIAN / "scxctl.postinst").read_text()
+    for real, there in fake.items():
+        text = text.replace(real, str(there))
+    script = tmp_path / "postinst"
+    script.write_text(text.replace("#DEBHELPER#", ""))
+    (tmp_path / "run-systemd").mkdir()
+    (tmp_path / "textfile").mkdir()
+    (tmp_path / "proc" / pid).mkdir(parents=True)
+    entry = f"1 2 0:3 {tmp_path}/textfile {tmp_path}/textfile rw - ext4 /dev/x rw\n"
+    (tmp_path / "proc" / pid / "mountinfo").write_text("1 0 0:1 / / ro - ext4 /dev/x ro\n" + entry * mounted)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    for tool, out in (("systemctl", pid), ("deb-systemd-invoke", "")):
+        (bin_dir / tool).write_text(f'#!/bin/sh\necho "{tool} $*" >>{calls}\necho {out}\n')
+        (bin_dir / tool).chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    proc = subprocess.run(["sh", str(script), "triggered", str(metrics_dir)], env=env, capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    invoked = calls.read_text().splitlines()
+    assert invoked[0] == "systemctl show -P MainPID scxctl.service"
+    assert ("deb-systemd-invoke try-restart scxctl.service" in invoked) == restarts, invoked
+    assert ("restarting scxctl.service" in proc.stdout) == restarts, proc.stdout

@@ -20,21 +20,20 @@ dist/scxctl_*.deb that may not be what the tree now holds.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-from guest_files import read, steady_rate
+from guest_files import installed_package, read, steady_rate
 
-from tools.vm import image, repo
-from tools.vm.codes import VMError
+from tools.vm import repo
 
 # single-threaded TCG: several enable/disable cycles (see tools.vm.qemu.accel_args)
 pytestmark = [pytest.mark.vm, pytest.mark.tcg_single]
 
-DEB_ENV = "SCXCTL_DEB"
 UNIT_CGROUP = "/system.slice/scxctl.service"
+# what the package suggests and the guest installs after it, from the same local repository
+SUGGESTED = ("prometheus-node-exporter",)
 
 # Shared by both boots: no python3 before the package brings it, so nothing here needs it.
 PRELUDE = r"""#!/bin/bash
@@ -158,6 +157,64 @@ id tester >$R/tester_id.txt
 runuser -u tester -- scxctl enable >$R/tester_enable.out 2>&1; echo $? >$R/tester_enable.rc
 kstate >$R/tester_after_enable.txt
 
+# Prometheus: node-exporter, which the package only suggests, installed after it as a user would. Its
+# package brings the textfile directory; scxctl's trigger restarts the daemon, whose sandbox was set up
+# without that directory (the config's 2 s interval, read at that start, keeps the waits short).
+scxctl enable >$R/metrics_enable.out 2>&1; echo $? >$R/metrics_enable.rc
+printf '[metrics]\ninterval_s = 2\n' >/etc/scxctl/config.toml
+M=/var/lib/prometheus/node-exporter/scxctl.prom
+apt-get install -y prometheus-node-exporter >$R/ne_install.out 2>&1; echo $? >$R/ne_install.rc
+wait_kstate "enabled pyland" 120 >$R/ne_restore_wait.txt
+grep -c " /var/lib/prometheus/node-exporter " /proc/$(systemctl show -P MainPID scxctl.service)/mountinfo \
+    >$R/ne_mount.txt 2>&1
+scrape() {  # scrape NAME: node-exporter's own /metrics, its scxctl lines and the textfile collector's
+    python3 -c 'import sys, urllib.request
+t = urllib.request.urlopen("http://localhost:9100/metrics", timeout=30).read().decode()
+sys.stdout.write("".join(ln + "\n" for ln in t.splitlines() if "scxctl" in ln or "textfile" in ln))' \
+        >$R/$1.prom 2>$R/$1.err
+}
+written() {  # written AFTER: wait until the daemon replaces the metrics file after that time
+    for _ in $(seq 1 300); do
+        [ "$(stat -c %.3Y $M 2>/dev/null || echo 0)" \> "$1" ] && return 0; sleep 0.1
+    done; return 1
+}
+for _ in $(seq 1 300); do scrape up && grep -q '^scxctl_scheduler_up 1' $R/up.prom && break; sleep 0.2; done
+stress-ng --cpu 2 --timeout 60 >/dev/null 2>&1 &
+load=$!
+sleep 1
+scrape first; written $(date +%s.%N); scrape second
+pid=$(pyland_pid); echo "${pid:-none}" >$R/killed_pid.txt
+kill -9 $pid
+for _ in $(seq 1 600); do
+    p=$(pyland_pid)
+    [ -n "$p" ] && [ "$p" != "$pid" ] && [ "$(kstate)" = "enabled pyland" ] && break
+    sleep 0.2
+done
+echo "$(pyland_pid) $(kstate)" >$R/after_kill.txt
+written $(date +%s.%N); scrape third
+kill $load 2>/dev/null; wait $load
+ls -l $M >$R/metrics_file_mode.txt 2>&1
+scxctl stats --json --interval 1 >$R/stats_root.json 2>$R/stats_root.err; echo $? >$R/stats_root.rc
+runuser -u u1 -- scxctl stats --json --interval 1 >$R/stats_u1.json 2>$R/stats_u1.err; echo $? >$R/stats_u1.rc
+rm -f /etc/scxctl/config.toml
+systemctl restart scxctl.service
+
+# D-Bus: the daemon owns scx_loader's name under the packaged bus policy. No polkitd in this image:
+# root may change state, a group member is refused (polkit cannot be asked: the daemon fails closed)
+wait_kstate "enabled pyland" 120 >$R/dbus_restore_wait.txt
+L="org.scx.Loader /org/scx/Loader org.scx.Loader"
+busctl get-property $L CurrentScheduler >$R/dbus_current.txt 2>&1
+busctl --timeout=120 call $L SwitchScheduler su pyland 1 >$R/dbus_root_switch.out 2>&1
+echo $? >$R/dbus_root_switch.rc
+busctl get-property $L SchedulerMode >$R/dbus_mode_root.txt 2>&1
+# dbus-send prints the error's own text (busctl says "Access denied" for any AccessDenied)
+runuser -u u1 -- dbus-send --system --print-reply --reply-timeout=120000 --dest=org.scx.Loader \
+    /org/scx/Loader org.scx.Loader.SwitchScheduler string:pyland uint32:0 >$R/dbus_u1_switch.out 2>&1
+echo $? >$R/dbus_u1_switch.rc
+journalctl -u scxctl.service -o cat --no-pager | grep '"request_denied"' >$R/dbus_denied.txt
+busctl get-property $L SchedulerMode >$R/dbus_mode_u1.txt 2>&1
+kstate >$R/dbus_kstate.txt
+
 # left enabled for the reboot
 scxctl enable >$R/reboot_enable.out 2>&1; echo $? >$R/reboot_enable.rc
 kstate >$R/before_reboot.txt
@@ -203,46 +260,25 @@ rm -f /etc/scxctl/config.toml
 systemctl restart scxctl.service
 scxctl enable >$R/remove_enable.out 2>&1; echo $? >$R/remove_enable.rc
 kstate >$R/before_remove.txt
+ls /var/lib/prometheus/node-exporter >$R/metrics_dir_before_remove.txt 2>&1
 apt-get remove -y scxctl >$R/remove.out 2>&1; echo $? >$R/remove.rc
 kstate >$R/after_remove.txt
 scx_procs >$R/procs_after_remove.txt
 apt-get purge -y scxctl >$R/purge.out 2>&1; echo $? >$R/purge.rc
 dpkg -L scxctl >$R/dpkg_L.txt 2>&1; echo $? >$R/dpkg_L.rc
 for d in /etc/scxctl /var/lib/scxctl /var/log/scxctl /run/scxctl /usr/lib/systemd/system/scxctl.service \
-        /etc/systemd/system/multi-user.target.wants/scxctl.service /usr/bin/scxctl /usr/lib/scxctl; do
+        /etc/systemd/system/multi-user.target.wants/scxctl.service /usr/bin/scxctl /usr/lib/scxctl \
+        /var/lib/prometheus/node-exporter/scxctl.prom; do
     [ -e "$d" ] && echo "$d"
 done >$R/left_after_purge.txt
 echo done >$R/second_done
 """
 
 
-def find_deb(out: Path) -> Path:
-    """$SCXCTL_DEB, else the .deb built now from this working tree into `out`."""
-    if os.environ.get(DEB_ENV):
-        return Path(os.environ[DEB_ENV])
-    from tools.deb import build, chroot
-
-    with chroot.lock():
-        layers, _, _ = chroot.prepare()
-        return build.build(layers, out).deb
-
-
 @pytest.fixture(scope="module")
 def package(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(the .deb, the local apt repository of its Depends closure), for the guests below."""
-    if os.geteuid() != 0:
-        pytest.skip("building the package and the guest's apt repository needs root (debootstrap, chroot)")
-    deb = find_deb(tmp_path_factory.mktemp("deb"))
-    if not deb.is_file():
-        pytest.fail(f"${DEB_ENV} names no file: {deb}")
-    try:
-        image.current(image.INSTALLED) or image.build(flavour=image.INSTALLED)
-        repository = repo.build(deb)
-    except repo.Unresolvable as exc:  # a Depends trixie cannot satisfy: a finding, not a reason to skip
-        pytest.fail(f"{deb.name}: {exc.message}")
-    except VMError as exc:  # as the `vm` fixture: no image or no archive here is a reason to skip
-        pytest.skip(f"no installed-flavour image or apt repository, and making them failed: {exc.message}")
-    return deb, repository
+    return installed_package(tmp_path_factory.mktemp("deb"), SUGGESTED)
 
 
 @pytest.fixture(scope="module")
@@ -453,3 +489,71 @@ def test_doctor_says_a_kernel_before_6_17_cannot_give_pyland_cpu_max(guest: Path
     checks = {c["id"]: c for c in _json(guest, "doctor_after_reboot.json")["checks"]}
     row = checks["cgroup.bandwidth"]
     assert row["details"]["kernel_hooks"] is False and row["details"]["scheduler"] == "pyland", row
+
+
+def _scrape(results: Path, name: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """One scrape of node-exporter, parsed by prometheus_client: (sample name, labels) -> value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = read(results, f"{name}.prom")
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}  # fmt: skip
+
+
+def test_node_exporter_installed_later_gets_the_daemon_restarted_by_the_trigger(guest: Path) -> None:
+    assert _r(guest, "metrics_enable.rc") == "0", _r(guest, "metrics_enable.out")
+    out = _r(guest, "ne_install.out")
+    assert _r(guest, "ne_install.rc") == "0", out[-3000:]
+    assert "scxctl: restarting scxctl.service so that it may write its metrics" in out, out[-3000:]
+    assert _r(guest, "ne_restore_wait.txt") != "timeout"
+    assert int(_r(guest, "ne_mount.txt")) >= 1  # the restarted daemon's sandbox has the directory
+    assert _r(guest, "metrics_file_mode.txt").startswith("-rw-r--r-- 1 root root")
+
+
+def test_node_exporter_serves_scxctl_metrics_whose_pyland_counters_grow(guest: Path) -> None:
+    first, second = _scrape(guest, "first"), _scrape(guest, "second")
+    for scrape in (first, second):
+        assert scrape[("scxctl_scheduler_up", ())] == 1, scrape
+        assert scrape[("node_textfile_scrape_error", ())] == 0
+    info = next(labels for (name, labels) in second if name == "scxctl_scheduler_info")
+    assert dict(info)["scheduler"] == "pyland" and dict(info)["kernel"] == _r(guest, "uname.1"), info
+    for counter in ("scxctl_pyland_records_total", "scxctl_pyland_placed_in_bpf_total",
+                    "scxctl_pyland_loop_cpu_seconds_total"):
+        assert second[(counter, ())] > first[(counter, ())], counter
+
+
+def test_a_killed_scheduler_shows_in_the_restart_counter(guest: Path) -> None:
+    killed = _r(guest, "killed_pid.txt")
+    new_pid, state = _r(guest, "after_kill.txt").split(" ", 1)
+    assert killed != "none" and new_pid != killed and state == "enabled pyland", (killed, new_pid, state)
+    before, after = _scrape(guest, "second"), _scrape(guest, "third")
+    reason = ("scxctl_scheduler_restarts_total", (("reason", "killed"),))
+    assert (before[reason], after[reason]) == (0, 1), {k: v for k, v in after.items() if "restart" in k[0]}
+    assert after[("scxctl_scheduler_up", ())] == 1
+
+
+@pytest.mark.parametrize("who", ["root", "u1"])
+def test_stats_shows_pyland_live_to_root_and_to_a_group_member(guest: Path, who: str) -> None:
+    assert _r(guest, f"stats_{who}.rc") == "0", _r(guest, f"stats_{who}.err")
+    doc = _json(guest, f"stats_{who}.json")
+    p = doc["pyland"]
+    assert doc["scheduler"] == "pyland" and p is not None and p["live"], doc
+    assert p["total"]["records"] > 0 and p["per_s"] is not None, p
+    assert doc["daemon"]["running"] and doc["daemon"]["restarts"] == 1, doc["daemon"]
+
+
+def test_purge_removes_the_metrics_file(guest: Path) -> None:
+    assert "scxctl.prom" in _r(guest, "metrics_dir_before_remove.txt")  # so that purge had one to remove
+    assert _r(guest, "left_after_purge.txt") == ""
+
+
+def test_the_daemon_serves_org_scx_loader_on_the_system_bus(guest: Path) -> None:
+    assert _r(guest, "dbus_restore_wait.txt") != "timeout"
+    assert _r(guest, "dbus_current.txt") == 's "pyland"', _r(guest, "journal_bad_config.txt")[-2000:]
+    assert _r(guest, "dbus_root_switch.rc") == "0", _r(guest, "dbus_root_switch.out")
+    assert _r(guest, "dbus_mode_root.txt") == "u 1"  # gaming, in scx_loader's numbering
+    refused = _r(guest, "dbus_u1_switch.out")  # by the daemon (not the bus), which could not ask polkit
+    assert _r(guest, "dbus_u1_switch.rc") != "0", refused
+    assert "org.freedesktop.DBus.Error.AccessDenied" in refused and "org.scxctl.manage" in refused, refused
+    assert "SwitchScheduler" in _r(guest, "dbus_denied.txt"), _r(guest, "dbus_denied.txt")
+    assert _r(guest, "dbus_mode_u1.txt") == "u 1" and _r(guest, "dbus_kstate.txt") == "enabled pyland"

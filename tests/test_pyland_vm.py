@@ -255,19 +255,24 @@ def test_stress_mix_runs_30s_without_ejection(guest: Path) -> None:
 def test_a_pinned_sleeper_is_not_kept_waiting_by_granted_wake_ups(guest: Path) -> None:
     """The stress's sleep and pipe threads are granted direct wake-ups, which pass the tasks queued
     on their CPU. A pinned 10 ms sleeper preempted once waited behind them until the starvation
-    rescue, again and again: longest waits 2.06 and 2.95 s in two runs of this stress. Now a CPU
-    whose queues wait past one BPF slice sends its wake-ups to the policy instead (nr_grant_waits):
-    0.47 and 0.59 s, where the default scheduler gave 0.21 and 0.41 s in the same guest. The bound
-    sits between the two: it fails as soon as the probe waits for a rescue."""
+    rescue, again and again (longest waits 2.06 and 2.95 s). Now a CPU whose queues wait past one
+    BPF slice sends its wake-ups to the policy instead (nr_grant_waits), and no task waits in a DSQ
+    until the rescue: nr_rescued stays 0 through the stress.
+
+    The probe's own wall-clock wait is bounded in steer mode only. In round-trip mode it also holds
+    the wait for the Python loop, which serves the stress's hundreds of queued sleepers a record
+    at a time: 0.47 to 1.03 s in four rounds with no rescue at all."""
     lines = [line.split() for line in read(guest, "stress.probe").splitlines()]
     assert lines and lines[-1][1] == "end", lines
     waits = [float(w) for _, w in lines[:-1]]
     print(f"\nprobe beside the stress: longest wait {max(waits, default=0):.3f} s, "
           f"{len(waits)} over 50 ms")
-    assert max(waits, default=0.0) < 1.0, waits
     last = stats_lines(read(guest, "run1.log"))[-1]
+    assert last["nr_rescued"] == 0, (last, waits)
     if mode_of(guest) == "round-trip":
         assert last["nr_grant_waits"] > 0 and last["nr_direct_wakes"] > 0, last
+    else:
+        assert max(waits, default=0.0) < 1.0, waits
 
 
 def test_no_direct_wake_sends_every_wake_up_through_python(guest: Path) -> None:

@@ -255,4 +255,7 @@ def test_repository_is_keyed_by_the_debs_content(tmp_path: Path) -> None:
     b.write_bytes(b"two")
     assert repo.repo_key(a) != repo.repo_key(b)
     assert repo.repo_key(a) == repo.repo_key(a)
+    # the packages offered beside it are part of the key, in any order
+    extras = ("prometheus-node-exporter", "curl")
+    assert repo.repo_key(a, extras) == repo.repo_key(a, extras[::-1]) != repo.repo_key(a)
     assert repo.SOURCES_LINE == "deb [trusted=yes] file:/srv/repo ./"

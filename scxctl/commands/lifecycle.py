@@ -1,5 +1,7 @@
 """`scxctl enable|switch|disable|status|list`: talk to the daemon, render its answer.
 
+`switch` and `list` also take scx_loader's forms; its other verbs are in loader.py.
+
 On the `scxctl status` path: keep module-level imports to the socket client and sysfs (no Rich, no
 daemon internals); output goes through ui.line, which imports Rich only for a terminal.
 """
@@ -114,13 +116,49 @@ def switch(
     scheduler: str | None = typer.Argument(
         None, help="Scheduler to switch to (keeps the current one if omitted)."
     ),
-    mode: Annotated[Mode | None, typer.Option("--mode", "-m", help="Mode to switch to.")] = None,
+    mode: Annotated[
+        Mode | None, typer.Option("--mode", "-m", case_sensitive=False, help="Mode to switch to.")
+    ] = None,
     policy: str | None = typer.Option(None, "--policy", "-p", help="pyland policy to switch to."),
+    sched: Annotated[
+        str | None,
+        typer.Option("--sched", "-s",
+                     help="scx_loader's form of SCHEDULER: switch to it in the current mode."),
+    ] = None,
+    args: Annotated[
+        list[str] | None,
+        typer.Option("--args", "-a",
+                     help="Arguments to run the scheduler with, comma-separated (allow-listed; "
+                     "needs --sched, runs in mode auto, not with --mode)."),
+    ] = None,
 ) -> None:
-    """Change the running scheduler or its mode (scheduler name or --mode required)."""
-    if scheduler is None and mode is None and policy is None:
+    """Change the running scheduler or its mode (scheduler name or --mode required).
+
+    Also scx_loader's form: `switch -s SCHED [-m MODE | -a ARGS]`. `-s SCHED` without `-m` keeps
+    the current mode (scx_loader's meaning); a bare SCHEDULER takes the configured default mode.
+    """
+    from scxctl.commands.loader import running, split_args
+
+    if scheduler is not None and sched is not None and scheduler != sched:
+        raise UsageError(f"two schedulers given: {scheduler!r} and --sched {sched!r}")
+    extra = split_args(args)
+    if extra is not None and mode is not None:
+        raise UsageError("the argument '--args' cannot be used with '--mode'")
+    target = sched if sched is not None else scheduler
+    if extra is not None and target is None:
+        raise UsageError("the argument '--args' requires '--sched'")
+    if target is None and mode is None and policy is None:
         raise UsageError("give a scheduler or --mode", hint="scxctl list shows both")
-    _change("switch", {"scheduler": scheduler, "mode": mode.value if mode else None, "policy": policy}, False)
+    req: dict[str, Any] = {"scheduler": target, "mode": mode.value if mode else None, "policy": policy}
+    if extra is not None:
+        req["args"], req["mode"] = extra, Mode.auto.value  # scx_loader's SwitchSchedulerWithArgs
+    elif sched is not None:
+        req["keep_mode"] = True
+    if sched is None and extra is None:
+        _change("switch", req, False)
+        return
+    st = client.call("switch", req, timeout=client.CHANGE_TIMEOUT_S)
+    ui.line(f"switched to {running(st)}")
 
 
 def disable() -> None:
@@ -129,7 +167,10 @@ def disable() -> None:
 
 
 def list_(json_output: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Schedulers the daemon may run (pyland and the config's allow-list) and the modes."""
+    """Schedulers the daemon may run (pyland and the config's allow-list) and the modes.
+
+    The first line is scx_loader's `supported schedulers: ["pyland", "bpfland", ...]`.
+    """
     try:
         data = client.call("list")
     except client.DaemonUnreachable:
@@ -144,6 +185,9 @@ def list_(json_output: bool = typer.Option(False, "--json", help="Print JSON."))
     if json_output:
         ui.print_json(data)
         return
+    # scx_loader's one line first, for its scripts: the names without the scx_ prefix
+    names = ", ".join(f'"{s["name"].removeprefix("scx_")}"' for s in data["schedulers"])
+    ui.line(f"supported schedulers: [{names}]")
     ui.line(("schedulers", "bold"))
     for s in data["schedulers"]:
         default = " (default)" if s["name"] == data["default_scheduler"] else ""

@@ -1,7 +1,8 @@
 """The daemon's TOML configuration: defaults, supervision limits, the external-scheduler allow-list.
 
 Nothing a client sends can name a program: the daemon only runs pyland and the scx_* binaries
-listed here, with the argument lists written here (the scx_loader flag-injection lesson).
+listed here, with the argument lists written here (the scx_loader flag-injection lesson), plus only
+the client arguments that `allowed_args` admits (arglist.py).
 Unknown keys are errors, so a typo is reported instead of silently ignored.
 """
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from scxctl import paths
+from scxctl.daemon.arglist import compiled
 from scxctl.daemon.modes import BUILTIN_POLICIES, Mode
 from scxctl.fsutil import read_if_exists
 
@@ -57,14 +59,31 @@ class ExternalScheduler:
     ops: str
     modes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     stop_signal: int = signal.SIGTERM
+    # per mode: patterns a client argument must fully match (arglist.check_args); none: no arguments
+    allowed_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def argv(self, mode: Mode) -> list[str]:
         return [*self.command, *self.modes.get(mode.value, self.modes.get(Mode.auto.value, ()))]
 
 
 @dataclass(frozen=True)
+class DbusConfig:
+    """scx_loader's D-Bus interface (org.scx.Loader on the system bus), served beside the socket."""
+
+    enabled: bool = True
+
+
+# power-profiles-daemon's ActiveProfile -> the mode to follow it with (follow_power_profile)
+DEFAULT_POWER_PROFILE_MODES: dict[str, Mode] = {
+    "power-saver": Mode.powersave,
+    "balanced": Mode.auto,
+    "performance": Mode.gaming,
+}
+
+
+@dataclass(frozen=True)
 class DaemonConfig:
-    default_scheduler: str = PYLAND
+    default_scheduler: str = PYLAND  # "": none (enable must name one; D-Bus RestoreDefault fails)
     default_mode: Mode = Mode.auto
     restore_on_boot: bool = True
     group: str = "scxctl"  # members may change state; everybody may read status
@@ -72,10 +91,23 @@ class DaemonConfig:
     pyland_ops: str = PYLAND
     limits: SupervisorLimits = field(default_factory=SupervisorLimits)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    dbus: DbusConfig = field(default_factory=DbusConfig)
     schedulers: dict[str, ExternalScheduler] = field(default_factory=dict)
+    follow_power_profile: bool = False  # the mode follows power-profiles-daemon (service.py says when)
+    power_profile_modes: dict[str, Mode] = field(default_factory=lambda: dict(DEFAULT_POWER_PROFILE_MODES))
 
     def scheduler_names(self) -> list[str]:
         return [PYLAND, *sorted(self.schedulers)]
+
+    def resolve(self, name: str) -> str:
+        """The configured scheduler a client means by `name`: the name itself, else with `scx_` added
+        (scx_loader's scxctl users write `lavd`), else without it (its D-Bus clients send `scx_lavd`,
+        and `scx_pyland` is pyland). Unknown names come back unchanged, for the caller to refuse."""
+        names = self.scheduler_names()
+        for candidate in (name, f"scx_{name}", name.removeprefix("scx_")):
+            if candidate in names:
+                return candidate
+        return name
 
 
 def _check_keys(table: dict[str, Any], allowed: set[str], where: str) -> None:
@@ -135,6 +167,43 @@ def _metrics(table: dict[str, Any]) -> MetricsConfig:
     return MetricsConfig(path, float(interval))
 
 
+def _dbus(table: dict[str, Any]) -> DbusConfig:
+    _check_keys(table, {"enabled"}, "[dbus]")
+    return DbusConfig(_typed(table, "enabled", bool, "[dbus]", True))
+
+
+def _power_profile_modes(table: dict[str, Any]) -> dict[str, Mode]:
+    """A table given replaces the default one: a profile it leaves out is not followed."""
+    modes: dict[str, Mode] = {}
+    for profile, name in table.items():
+        if not isinstance(name, str) or name not in {m.value for m in Mode}:
+            raise ConfigError(f"[power_profile_modes].{profile}: expected one of "
+                              f"{', '.join(m.value for m in Mode)}, got {name!r}")
+        modes[profile] = Mode(name)
+    return modes
+
+
+def _patterns(value: Any, where: str) -> tuple[str, ...]:
+    patterns = _str_list(value, where)
+    for pattern in patterns:
+        try:
+            compiled(pattern)
+        except re.error as exc:
+            raise ConfigError(f"{where}: {pattern!r} is not a valid regular expression: {exc}") from None
+    return patterns
+
+
+def _allowed_args(value: Any, where: str) -> dict[str, tuple[str, ...]]:
+    """A list applies to every mode; a table gives each mode its own (a mode left out allows none)."""
+    if isinstance(value, list):
+        patterns = _patterns(value, where)
+        return {m.value: patterns for m in Mode}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a list of patterns or a table of mode = [patterns]")
+    _check_keys(value, {m.value for m in Mode}, where)
+    return {m: _patterns(v, f"{where}.{m}") for m, v in value.items()}
+
+
 def _signal(value: Any, where: str) -> int:
     if isinstance(value, str) and value in signal.Signals.__members__:
         return int(signal.Signals[value])
@@ -147,7 +216,7 @@ def _external(name: str, table: Any) -> ExternalScheduler:
         raise ConfigError(f"{where}: invalid scheduler name")
     if not isinstance(table, dict):
         raise ConfigError(f"{where}: expected a table")
-    _check_keys(table, {"command", "ops", "modes", "stop_signal"}, where)
+    _check_keys(table, {"command", "ops", "modes", "stop_signal", "allowed_args"}, where)
     if "command" not in table:
         raise ConfigError(f"{where}: `command` is required (absolute path of the binary)")
     raw = table["command"]
@@ -159,7 +228,8 @@ def _external(name: str, table: Any) -> ExternalScheduler:
     _check_keys(modes_raw, {m.value for m in Mode}, f"{where}.modes")
     modes = {m: _str_list(v, f"{where}.modes.{m}") for m, v in modes_raw.items()}
     stop = _signal(table["stop_signal"], f"{where}.stop_signal") if "stop_signal" in table else signal.SIGTERM
-    return ExternalScheduler(name, command, ops, modes, stop)
+    allowed = _allowed_args(table["allowed_args"], f"{where}.allowed_args") if "allowed_args" in table else {}
+    return ExternalScheduler(name, command, ops, modes, stop, allowed)
 
 
 def parse_config(data: dict[str, Any]) -> DaemonConfig:
@@ -175,6 +245,9 @@ def parse_config(data: dict[str, Any]) -> DaemonConfig:
             "pyland",
             "schedulers",
             "metrics",
+            "dbus",
+            "follow_power_profile",
+            "power_profile_modes",
         },
         "config",
     )
@@ -183,8 +256,10 @@ def parse_config(data: dict[str, Any]) -> DaemonConfig:
     _check_keys(pyland, {"policies", "ops"}, "[pyland]")
     policies = _str_list(pyland.get("policies", list(BUILTIN_POLICIES)), "[pyland].policies")
     default_scheduler = _typed(data, "default_scheduler", str, "config", PYLAND)
-    if default_scheduler != PYLAND and default_scheduler not in schedulers:
-        raise ConfigError(f"default_scheduler {default_scheduler!r} is neither pyland nor in [schedulers]")
+    if default_scheduler not in ("", PYLAND) and default_scheduler not in schedulers:
+        raise ConfigError(
+            f"default_scheduler {default_scheduler!r} is neither pyland nor in [schedulers] (\"\": none)"
+        )
     mode_name = _typed(data, "default_mode", str, "config", Mode.auto.value)
     try:
         mode = Mode(mode_name)
@@ -201,7 +276,11 @@ def parse_config(data: dict[str, Any]) -> DaemonConfig:
         pyland_ops=_typed(pyland, "ops", str, "[pyland]", PYLAND),
         limits=_limits(_typed(data, "supervisor", dict, "config", {})),
         metrics=_metrics(_typed(data, "metrics", dict, "config", {})),
+        dbus=_dbus(_typed(data, "dbus", dict, "config", {})),
         schedulers=schedulers,
+        follow_power_profile=_typed(data, "follow_power_profile", bool, "config", False),
+        power_profile_modes=(_power_profile_modes(_typed(data, "power_profile_modes", dict, "config", {}))
+                             if "power_profile_modes" in data else dict(DEFAULT_POWER_PROFILE_MODES)),
     )
 
 

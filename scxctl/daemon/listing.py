@@ -39,7 +39,7 @@ def listing(config: DaemonConfig) -> dict[str, Any]:
         {"name": m.value, "pyland_options": PYLAND_MODES[m].argv(), "why": PYLAND_MODES[m].why} for m in Mode
     ]
     return {
-        "default_scheduler": config.default_scheduler,
+        "default_scheduler": config.default_scheduler or None,
         "default_mode": config.default_mode.value,
         "schedulers": schedulers,
         "modes": modes,

@@ -14,15 +14,17 @@ never a pid.
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scxctl.daemon import exitinfo
 from scxctl.daemon.config import MetricsConfig
 from scxctl.daemon.stats import bpf_events, pyland_summary
 from scxctl.daemon.supervisor import Counts
-from scxctl.fsutil import atomic_write_bytes
+from scxctl.fsutil import atomic_write_bytes, atomic_write_text
 from scxctl.log import get_logger
 
 if TYPE_CHECKING:
@@ -205,7 +207,10 @@ class MetricsWriter:
             self._warn("import", f"prometheus_client cannot be imported: {exc}")
             return False
         except OSError as exc:
-            self._warn(f"os:{exc.errno}", f"cannot write: {exc.strerror or exc}")
+            reason = f"cannot write: {exc.strerror or exc}"
+            if exc.errno == errno.EROFS:  # the unit's sandbox was set up before the directory existed
+                reason += " (the directory appeared after the daemon started: systemctl restart scxctl)"
+            self._warn(f"os:{exc.errno}", reason)
             return False
         except Exception as exc:  # a bug here must not take the daemon's scheduler down with it
             self._warn(f"bug:{type(exc).__name__}", f"{type(exc).__name__}: {exc}")
@@ -215,6 +220,35 @@ class MetricsWriter:
         self._warned = None
         self.writes += 1
         return True
+
+    def retire_previous(self, record: Path) -> None:
+        """Remove the file an earlier configuration had written (metrics since turned off, or moved):
+        node-exporter would export its last numbers forever, an "up" among them. `record` keeps the
+        path last written; only a file that holds our metrics is removed."""
+        try:
+            previous = Path(record.read_text().strip())
+        except (OSError, ValueError):
+            previous = None
+        if previous is not None and previous != self.config.file and previous.is_absolute():
+            try:
+                ours = previous.read_bytes().startswith(b"# HELP scxctl_")
+                if ours:
+                    previous.unlink()
+                    log.info("metrics_file_removed", scheduler=None, pid=None, path=str(previous),
+                             reason="metrics turned off" if self.config.file is None else "metrics moved")
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("metrics_file_not_removed", scheduler=None, pid=None, path=str(previous),
+                            reason=exc.strerror or str(exc), action="node-exporter may show its old numbers")
+        try:
+            if self.config.file is None:
+                record.unlink(missing_ok=True)
+            else:
+                atomic_write_text(record, f"{self.config.file}\n")
+        except OSError as exc:
+            log.warning("metrics_record_not_written", scheduler=None, pid=None, path=str(record),
+                        reason=exc.strerror or str(exc))
 
     async def run(self) -> None:
         """Until cancelled: a write now, then every interval_s."""

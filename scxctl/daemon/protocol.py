@@ -19,8 +19,8 @@ from scxctl.errors import ExitCode, ScxctlError
 
 VERSION = 1
 MAX_LINE = 64 * 1024  # a request longer than this is rejected (and the connection closed)
-OPS = ("ping", "status", "list", "enable", "switch", "disable")
-MUTATING_OPS = frozenset({"enable", "switch", "disable"})
+OPS = ("ping", "status", "list", "enable", "switch", "disable", "start", "restart", "restore")
+MUTATING_OPS = frozenset({"enable", "switch", "disable", "start", "restart", "restore"})
 
 
 class ProtocolError(ScxctlError):

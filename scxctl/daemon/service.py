@@ -3,7 +3,8 @@
 Request handling lives here: each mutating request is validated against the config (clients name
 a scheduler, a mode and for pyland a policy, never a program or its flags), persisted, then handed
 to the supervisor; the reply is the status as the kernel reports it afterwards. The status line's
-wording is in status_text.py, the `list` reply in listing.py.
+wording is in status_text.py, the `list` reply in listing.py. The same requests come from the
+control socket (server.py) and from scx_loader's D-Bus interface (dbus_service.py).
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scxctl import __version__, paths
 from scxctl.daemon import notify, protocol
+from scxctl.daemon.arglist import check_args, pyland_patterns
 from scxctl.daemon.config import PYLAND, ConfigError, DaemonConfig, load_config
 from scxctl.daemon.exitinfo import ExitInfo
 from scxctl.daemon.listing import listing
@@ -41,6 +43,10 @@ from scxctl.sysfs import (
     read_sched_ext_events,
     sysrq_reset_sched_ext,
 )
+
+if TYPE_CHECKING:
+    from scxctl.daemon.dbus_service import LoaderService
+    from scxctl.daemon.power_profile import PowerProfileWatcher
 
 log = get_logger("scxctl.daemon")
 
@@ -69,11 +75,15 @@ class Daemon:
         self.state = DesiredState()
         self.state_error: str | None = None
         self.started_at = time.time()
-        self.supervisor = Supervisor(self.config.limits, self.sysroot, self._on_exit, self._on_give_up)
+        self.supervisor = Supervisor(
+            self.config.limits, self.sysroot, self._on_exit, self._on_give_up, self._changed
+        )
         self.server = ControlServer(self.socket_path, self.handle, lambda: self.config.group)
         self._lock: asyncio.Lock | None = None
         self._stop: asyncio.Event | None = None
         self.metrics: MetricsWriter | None = None
+        self.dbus: LoaderService | None = None
+        self.power: PowerProfileWatcher | None = None
 
     # -- start-up and shut-down -------------------------------------------------------------
 
@@ -124,6 +134,8 @@ class Daemon:
             loop.add_signal_handler(sig, self._stop.set)
         self.load()
         await self.server.start()
+        self.dbus = await self._start_dbus()
+        self.power = await self._start_power_profile()
         log.info(
             "daemon_started",
             scheduler=None,
@@ -137,6 +149,7 @@ class Daemon:
         notify.notify(READY=1, STATUS="serving", MAINPID=os.getpid())
         heartbeat = asyncio.create_task(self._heartbeat())
         self.metrics = MetricsWriter(self.config.metrics, self._metrics_facts)
+        self.metrics.retire_previous(self.state_path.with_name("metrics-file"))
         metrics = asyncio.create_task(self.metrics.run())
         restore = asyncio.create_task(self._restore())
         await self._stop.wait()
@@ -150,8 +163,14 @@ class Daemon:
         restore.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await restore
+        if self.dbus is not None:
+            self.dbus.refuse_changes()
         await self.server.close()
         await self.supervisor.stop("daemon_shutdown")
+        if self.dbus is not None:
+            await self.dbus.close()
+        if self.power is not None:
+            await self.power.close()
         for task in (heartbeat, metrics):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -159,6 +178,82 @@ class Daemon:
         self.metrics.write_once()  # the last word: the scheduler is down, not frozen at "up"
         log.info("daemon_stopped", scheduler=None, pid=os.getpid(), reason="signal")
         return 0
+
+    async def _start_dbus(self) -> LoaderService | None:
+        """org.scx.Loader on the system bus, when configured and to be had; never fatal."""
+        if not self.config.dbus.enabled:
+            log.info("dbus_disabled", scheduler=None, pid=None, reason="[dbus] enabled = false")
+            return None
+        try:
+            from scxctl.daemon.dbus_service import LoaderService
+        except ImportError as exc:
+            log.warning("dbus_unavailable", scheduler=None, pid=None, reason=f"dbus-fast: {exc}",
+                        action="serving the control socket only")
+            return None
+        return await LoaderService.start(self)
+
+    async def _start_power_profile(self) -> PowerProfileWatcher | None:
+        """Watch power-profiles-daemon when follow_power_profile is on; never fatal."""
+        if not self.config.follow_power_profile:
+            return None
+        try:
+            from scxctl.daemon.power_profile import PowerProfileWatcher
+        except ImportError as exc:
+            log.warning("power_profile_unavailable", scheduler=None, pid=None, reason=f"dbus-fast: {exc}",
+                        action="not following the power profile")
+            return None
+        return await PowerProfileWatcher.start(self.follow_power_profile)
+
+    def _profile_mode(self) -> Mode | None:
+        """The mode the power profile asks for, while following and a profile is known and mapped."""
+        if self.power is None or self.power.profile is None:
+            return None
+        return self.config.power_profile_modes.get(self.power.profile)
+
+    def _auto_mode(self) -> Mode:
+        """The mode when no client chose one: the power profile's while following, else default_mode."""
+        return self._profile_mode() or self.config.default_mode
+
+    async def follow_power_profile(self, profile: str) -> None:
+        """power-profiles-daemon's ActiveProfile changed: switch the mode to the profile's, unless a
+        client chose the mode (or arguments) since the last enable without a mode, or restore."""
+        mode = self.config.power_profile_modes.get(profile)
+        state = self.state
+        fields = {"scheduler": state.scheduler if state.enabled else None, "pid": None, "profile": profile,
+                  "mode": mode.value if mode else None}
+        if mode is None:
+            log.info("power_profile_ignored", reason="no mode for this profile in power_profile_modes",
+                     **fields)
+            return
+        assert self._lock is not None
+        try:
+            async with self._lock:
+                state = self.state
+                if not state.enabled or not state.scheduler:
+                    log.info("power_profile_ignored", reason="no scheduler enabled", **fields)
+                    return
+                if state.mode_source == "explicit":
+                    log.info("power_profile_held", reason="a mode or arguments were chosen explicitly; "
+                             "they hold until an enable without a mode, or restore", held_mode=state.mode,
+                             **fields)
+                    return
+                if state.mode == mode.value:
+                    return
+                log.info("power_profile_switch", reason="power profile changed", previous_mode=state.mode,
+                         **fields)
+                try:
+                    req = Request("switch", {"mode": mode.value})
+                    await self._enable(req, _ROOT, True, mode_source="auto")
+                except ScxctlError as exc:
+                    log.warning("power_profile_switch_failed", reason=exc.message, code=exc.code.name,
+                                **fields)
+        finally:
+            self._changed()
+
+    def _changed(self) -> None:
+        """What the kernel runs, or what was asked for, may have changed: tell the D-Bus clients."""
+        if self.dbus is not None:
+            self.dbus.changed()
 
     async def _restore(self) -> None:
         state = self.state
@@ -175,7 +270,8 @@ class Daemon:
                 reason="restore_on_boot is off" if not self.config_error else "config invalid",
             )
             return
-        args = {"scheduler": state.scheduler, "mode": state.mode, "policy": state.policy, "force": False}
+        args = {"scheduler": state.scheduler, "mode": state.mode, "policy": state.policy, "force": False,
+                "args": state.args}
         try:
             await self.handle(Request("enable", args), _ROOT, persist=False)
             log.info(
@@ -196,6 +292,7 @@ class Daemon:
         period = min(interval / 2, 5.0) if interval else 5.0
         last = ""
         while True:
+            self._changed()  # the one periodic look at the kernel while no child is watched
             line = self.status()["summary"]
             fields: dict[str, str | int] = {"WATCHDOG": 1} if interval else {}
             if line != last:
@@ -247,10 +344,17 @@ class Daemon:
         if req.op == "list":
             return listing(self.config)
         assert self._lock is not None
-        async with self._lock:
-            if req.op == "disable":
-                return await self._disable(peer)
-            return await self._enable(req, peer, persist)
+        try:
+            async with self._lock:
+                if req.op == "disable":
+                    return await self._disable(peer)
+                if req.op == "restart":
+                    return await self._restart(peer)
+                if req.op == "restore":
+                    return await self._restore_default(peer)
+                return await self._enable(req, peer, persist)
+        finally:
+            self._changed()
 
     def _arg(self, req: Request, key: str, kind: type) -> Any:
         value = req.args.get(key)
@@ -260,7 +364,7 @@ class Daemon:
             raise UsageError(f"{key}: expected {kind.__name__}")
         return value
 
-    def _spec(self, scheduler: str, mode: Mode, policy: str | None, peer: Peer) -> ChildSpec:
+    def _spec(self, scheduler: str, mode: Mode, policy: str | None, peer: Peer, args: Any) -> ChildSpec:
         if scheduler == PYLAND:
             if policy is not None and policy not in self.config.pyland_policies:
                 if not (peer.uid == 0 and os.path.isabs(policy)):
@@ -270,10 +374,12 @@ class Daemon:
                     )
                 if not os.path.isfile(policy):
                     raise UsageError(f"policy file {policy} does not exist")
-            argv = pyland_argv(PYLAND_MODES[mode].argv(policy))
-            return ChildSpec(
-                PYLAND, argv, self.config.pyland_ops, mode.value, policy or PYLAND_MODES[mode].policy
-            )
+            extra = check_args(args, pyland_patterns(self.config.pyland_policies), f"pyland in mode {mode}")
+            # the client's arguments come last: pyland's options take the last value given
+            argv = pyland_argv([*PYLAND_MODES[mode].argv(policy), *extra])
+            chosen = [a.removeprefix("--policy=") for a in extra if a.startswith("--policy=")]
+            policy = chosen[-1] if chosen else policy or PYLAND_MODES[mode].policy
+            return ChildSpec(PYLAND, argv, self.config.pyland_ops, mode.value, policy, args=extra)
         ext = self.config.schedulers.get(scheduler)
         if ext is None:
             raise UsageError(
@@ -282,31 +388,53 @@ class Daemon:
             )
         if policy is not None:
             raise UsageError("--policy applies to pyland only")
-        return ChildSpec(scheduler, tuple(ext.argv(mode)), ext.ops, mode.value, None, ext.stop_signal)
+        extra = check_args(args, ext.allowed_args.get(mode.value, ()), f"{scheduler} in mode {mode}")
+        argv = (*ext.argv(mode), *extra)
+        return ChildSpec(scheduler, argv, ext.ops, mode.value, None, ext.stop_signal, extra)
 
-    async def _enable(self, req: Request, peer: Peer, persist: bool) -> dict[str, Any]:
+    async def _enable(self, req: Request, peer: Peer, persist: bool, mode_source: str | None = None
+                      ) -> dict[str, Any]:
         current = self.state if self.state.enabled else None
         scheduler = self._arg(req, "scheduler", str)
         mode_name = self._arg(req, "mode", str)
         policy = self._arg(req, "policy", str)
         force = bool(self._arg(req, "force", bool))
+        args = req.args.get("args")
+        args = [] if args is None else args  # checked against the allow-list in _spec
+        # a mode (or arguments) the client chose holds against the power profile; see follow_power_profile
+        source = mode_source or ("explicit" if mode_name is not None or args else "auto")
+        keep_mode = bool(self._arg(req, "keep_mode", bool))
+        if scheduler is not None:
+            scheduler = self.config.resolve(scheduler)
+        if req.op == "start" and current is not None:
+            raise UsageError(
+                f"a scheduler is already enabled ({current.scheduler}, mode {current.mode}): "
+                "use 'switch' instead of 'start'",
+                hint="scxctl switch -s SCHED [-m MODE]",
+            )
         if req.op == "switch":
             if current is None:
-                raise UsageError("nothing is enabled to switch from", hint="use `scxctl enable`")
+                raise UsageError("nothing is enabled to switch from: use 'start' (or 'enable') instead",
+                                 hint="scxctl start -s SCHED")
             if scheduler is None and mode_name is None and policy is None:
                 raise UsageError("switch needs a scheduler or --mode")
             if scheduler is None:
                 scheduler = current.scheduler
                 policy = policy if policy is not None else current.policy
-            mode_name = mode_name or (current.mode if scheduler == current.scheduler else None)
+            # scx_loader's `switch -s SCHED` keeps the mode (keep_mode); ours takes the default for
+            # another scheduler
+            if mode_name is None and (scheduler == current.scheduler or keep_mode):
+                mode_name, source = current.mode, mode_source or current.mode_source  # carried over
         scheduler = scheduler or self.config.default_scheduler
+        if not scheduler:
+            raise UsageError("no scheduler named, and the config has no default_scheduler")
         try:
-            mode = parse_mode(mode_name) if mode_name else self.config.default_mode
+            mode = parse_mode(mode_name) if mode_name else self._auto_mode()
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         if scheduler != PYLAND:
             policy = None if req.op == "switch" and req.args.get("policy") is None else policy
-        spec = self._spec(scheduler, mode, policy, peer)
+        spec = self._spec(scheduler, mode, policy, peer, args)
         kernel = self.supervisor.kernel()
         if not kernel.available:
             raise ScxctlError(
@@ -324,7 +452,8 @@ class Daemon:
                 )
             await self._evict(kernel, peer)
         if persist:
-            self.state = DesiredState(True, scheduler, mode.value, policy, time.time(), peer.uid)
+            self.state = DesiredState(True, scheduler, mode.value, policy, time.time(), peer.uid,
+                                      args=list(spec.args), mode_source=source)
             self._save()
         log.info(
             "enable_requested",
@@ -350,6 +479,27 @@ class Daemon:
                 hint="the daemon retries with backoff; `scxctl logs` shows why; `scxctl disable` stops it",
             )
         return self.status()
+
+    async def _restart(self, peer: Peer) -> dict[str, Any]:
+        """Stop and start again what the desired state names (a fresh failure budget)."""
+        state = self.state
+        if not state.enabled or not state.scheduler:
+            raise UsageError("nothing is enabled to restart")
+        log.info("restart_requested", scheduler=state.scheduler, pid=self.supervisor.snapshot()["pid"],
+                 reason="restart", uid=peer.uid)
+        await self.supervisor.stop("restart")
+        args = {"scheduler": state.scheduler, "mode": state.mode, "policy": state.policy, "args": state.args}
+        return await self._enable(Request("enable", args), peer, persist=False)
+
+    async def _restore_default(self, peer: Peer) -> dict[str, Any]:
+        """The configured default scheduler in the default mode (scx_loader's RestoreDefault)."""
+        if not self.config.default_scheduler:
+            raise UsageError(
+                'no default scheduler is configured (default_scheduler is "")',
+                hint=f"set default_scheduler in {self.config_path}",
+            )
+        req = Request("restore", {"scheduler": self.config.default_scheduler})
+        return await self._enable(req, peer, True)
 
     def _foreign(self, kernel: SchedExtStatus) -> bool:
         """Does the kernel run a scheduler that is not our live child?"""
@@ -408,10 +558,19 @@ class Daemon:
                 "scheduler": self.state.scheduler,
                 "mode": self.state.mode,
                 "policy": self.state.policy,
+                "args": self.state.args,
+                "mode_source": self.state.mode_source,
                 "updated_at": self.state.updated_at or None,
                 "updated_by_uid": self.state.updated_by_uid,
             },
             "supervisor": sup,
+            "power_profile": {
+                "follow": self.config.follow_power_profile,
+                "watching": self.power is not None,
+                "profile": self.power.profile if self.power else None,
+                "service": self.power.service if self.power else None,
+                "mode": m.value if (m := self._profile_mode()) else None,
+            },
             # what the running pyland enforces of cpu.max (its own snapshot; null when none)
             "cgroups": read_snapshot(sup["pid"]) if ours and sup["pid"] else None,
             "daemon": {

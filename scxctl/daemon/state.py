@@ -17,6 +17,7 @@ from typing import Any
 from scxctl.fsutil import atomic_write_text, read_if_exists
 
 STATE_VERSION = 1
+MODE_SOURCES = ("auto", "explicit")
 
 
 class StateError(Exception):
@@ -34,6 +35,10 @@ class DesiredState:
     # why the daemon last gave up on the scheduler (None while it has not): survives restarts
     gave_up: dict[str, Any] | None = None
     last_exit: dict[str, Any] | None = None
+    args: list[str] = field(default_factory=list)  # client arguments in force (empty: by mode alone)
+    # "explicit": a client chose the mode (or arguments), and it holds; "auto": the config's
+    # default_mode or, with follow_power_profile, the power profile's mode chose it
+    mode_source: str = "auto"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -63,6 +68,14 @@ def _parse(data: Any) -> DesiredState:
             if not isinstance(data[key], types):
                 raise StateError(f"{key}: unexpected value {data[key]!r}")
             setattr(state, key, data[key])
+    # a state written before mode_source existed: its mode may have been chosen, so it holds
+    state.mode_source = data.get("mode_source", "explicit")
+    if state.mode_source not in MODE_SOURCES:
+        raise StateError(f"mode_source: unexpected value {state.mode_source!r}")
+    if "args" in data:
+        if not isinstance(data["args"], list) or not all(isinstance(a, str) for a in data["args"]):
+            raise StateError(f"args: unexpected value {data['args']!r}")
+        state.args = list(data["args"])
     if state.enabled and not state.scheduler:
         raise StateError("enabled without a scheduler")
     return state

@@ -55,6 +55,7 @@ class ChildSpec:
     mode: str
     policy: str | None = None
     stop_signal: int = signal.SIGTERM
+    args: tuple[str, ...] = ()  # the client's allow-listed arguments, already part of argv
 
 
 _KIND_NAME = re.compile(r"^[A-Z][A-Z_]{0,31}$")
@@ -84,11 +85,14 @@ class Supervisor:
         sysroot: SysRoot | None = None,
         on_exit: Callable[[ExitInfo], None] | None = None,
         on_give_up: Callable[[dict[str, Any]], None] | None = None,
+        on_change: Callable[[], None] | None = None,
     ) -> None:
         self.limits = limits
         self.sysroot = sysroot or SysRoot()
         self._on_exit = on_exit
         self._on_give_up = on_give_up
+        # told whenever what the kernel runs for us may have changed (the D-Bus properties follow it)
+        self._on_change = on_change
         self.spec: ChildSpec | None = None
         self.phase = Phase.IDLE
         self.proc: asyncio.subprocess.Process | None = None
@@ -156,6 +160,7 @@ class Supervisor:
             self.counts.changed()
         self.phase = Phase.IDLE
         self.next_start_at = None
+        self._tell()
 
     def snapshot(self) -> dict[str, Any]:
         now = time.monotonic()
@@ -164,6 +169,7 @@ class Supervisor:
             "scheduler": self.spec.scheduler if self.spec else None,
             "mode": self.spec.mode if self.spec else None,
             "policy": self.spec.policy if self.spec else None,
+            "args": list(self.spec.args) if self.spec else None,
             "expected_ops": self.spec.ops if self.spec else None,
             "pid": self.proc.pid if self.proc is not None and self.proc.returncode is None else None,
             "restart_count": self.restart_count,
@@ -176,12 +182,20 @@ class Supervisor:
             "gave_up": self.gave_up,
         }
 
+    def _tell(self) -> None:
+        if self._on_change is not None:
+            self._on_change()
+
     # -- the supervision loop -------------------------------------------------------------------
 
     async def _supervise(self, spec: ChildSpec) -> None:
         while True:
             info = await self._run_once(spec)
+            # the kernel lets go of a dead child's scheduler a moment after it exits; until then the
+            # status would show it as someone else's, and a restart could not attach anyway
+            await self._wait_kernel_left(spec)
             self._record_exit(spec, info)
+            self._tell()
             now = time.monotonic()
             self._failures.append(now)
             while self._failures and now - self._failures[0] > self.limits.failure_window_s:
@@ -249,6 +263,7 @@ class Supervisor:
         )
         if self._on_give_up is not None:
             self._on_give_up(self.gave_up)
+        self._tell()
 
     async def _spawn(self, spec: ChildSpec) -> asyncio.subprocess.Process:
         return await asyncio.create_subprocess_exec(
@@ -339,6 +354,7 @@ class Supervisor:
         )
         if self._first is not None and not self._first.done():
             self._first.set_result(None)
+        self._tell()
 
     async def _stop_on_request(self, proc: asyncio.subprocess.Process, spec: ChildSpec,
                                reader: asyncio.Task[None], started: float) -> None:
@@ -386,9 +402,13 @@ class Supervisor:
                 break
             kernel = self.kernel()
             if kernel.enabled and ops_matches(kernel.ops, spec.ops):
-                lost_since = None
+                if lost_since is not None:
+                    lost_since = None
+                    self._tell()  # back (a re-attach)
                 continue
             now = time.monotonic()
+            if lost_since is None:
+                self._tell()  # dropped by the kernel: ejected, or re-attaching
             lost_since = lost_since or now
             # a child re-attaching on the kernel's request gets the time a fresh start gets to switch
             if now - self._reattach_at < grace + self.limits.verify_timeout_s:

@@ -8,6 +8,8 @@ mode) and in observe() (steer mode) alike:
 - stuck-observe: as stuck, in observe() only (in steer mode decide() also runs, for sync wake-ups);
 - swallow:  as stuck, and swallows every exception, BaseException included;
 - slow:     it sleeps SLOW_S per task;
+- slow-grant: as slow, and every decision grants direct wake-ups: BPF places the task's next
+            wake-ups at once, so a slow decision comes back after its task has woken again;
 - unruly:   decide(): tasks named STARVE_COMM get a deadline behind every other task's, forever;
             every other decision asks for CPU 9999 and a 10 s slice. observe(): every task gets
             its own parameters out of range (weight 50000, a 1000 s slice, CPU 9999).
@@ -54,7 +56,7 @@ class Misbehave(DeadlinePolicy):
                 return False
         if self.mode in ("stuck", "swallow") or (self.mode == "stuck-observe" and where == "observe"):
             self._get_stuck()
-        elif self.mode == "slow":
+        elif self.mode in ("slow", "slow-grant"):
             time.sleep(self.slow_s)
         return True
 
@@ -70,7 +72,9 @@ class Misbehave(DeadlinePolicy):
         super().decide(task, decision)
         if not self._misbehaving("decide"):
             return
-        if self.mode == "unruly":
+        if self.mode == "slow-grant":
+            decision.direct_wake = True
+        elif self.mode == "unruly":
             if task.comm == self.starve:
                 decision.deadline = FAR
                 decision.vtime = task.vtime

@@ -107,6 +107,13 @@ def build(layers: Layers, out: Path, where: str = "/build/src/scxctl", env: dict
     return BuildResult(files, time.monotonic() - t0, log_name)
 
 
+def build_working_tree(out: Path) -> Path:
+    """The .deb of this working tree, built now in the cached chroot (prepared if need be) into `out`."""
+    with chroot.lock():
+        layers, _, _ = chroot.prepare()
+        return build(layers, out).deb
+
+
 @dataclass
 class LintResult:
     output: str

@@ -86,18 +86,21 @@ def resolver_root() -> Path:
     return config.cache_dir() / "resolver" / key / "root"
 
 
-def repo_key(deb: Path) -> str:
-    """The .deb's content and the resolver's recipe: a rebuilt .deb gets its own repository."""
+def repo_key(deb: Path, extras: tuple[str, ...] = ()) -> str:
+    """The .deb's content, the extra packages and the resolver's recipe: a rebuilt .deb gets its own
+    repository."""
     h = hashlib.sha256()
     with open(deb, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     h.update(image.cache_key(resolver_recipe()).encode())
+    if extras:  # no extras: the key a repository of the .deb alone always had
+        h.update(" ".join(sorted(extras)).encode())
     return h.hexdigest()[:16]
 
 
-def repo_dir(deb: Path) -> Path:
-    return config.cache_dir() / "repo" / repo_key(deb)
+def repo_dir(deb: Path, extras: tuple[str, ...] = ()) -> Path:
+    return config.cache_dir() / "repo" / repo_key(deb, extras)
 
 
 def _chroot(root: Path, script: str, what: str, error: type[VMError] = VMError) -> str:
@@ -150,13 +153,17 @@ def package_name(deb: Path) -> str:
     return proc.stdout.strip()
 
 
-def build(deb: Path, force: bool = False) -> Path:
-    """The repository directory for `deb` (Packages, Release and the closure's .debs), cached."""
+def build(deb: Path, force: bool = False, extras: tuple[str, ...] = ()) -> Path:
+    """The repository directory for `deb` (Packages, Release and the closure's .debs), cached.
+
+    `extras`: archive packages the guest installs beside it (what it Suggests), with their closure.
+    They are only offered: apt still installs the .deb with its declared Depends alone.
+    """
     deb = deb.resolve()
     if not deb.is_file():
         raise VMError(f"no such .deb: {deb}")
     name = package_name(deb)
-    dest = repo_dir(deb)
+    dest = repo_dir(deb, extras)
     if not force and (dest / "meta.json").is_file():
         os.utime(dest)  # in use: the newest for _evict
         return dest
@@ -170,10 +177,10 @@ def build(deb: Path, force: bool = False) -> Path:
         root = resolver_root()
         if not (root.parent / "meta.json").is_file():
             _make_resolver(root)
-        return _resolve(root, deb, name, dest)
+        return _resolve(root, deb, name, dest, extras)
 
 
-def _resolve(root: Path, deb: Path, name: str, dest: Path) -> Path:
+def _resolve(root: Path, deb: Path, name: str, dest: Path, extras: tuple[str, ...]) -> Path:
     work = root / WORK.lstrip("/")
     shutil.rmtree(work, ignore_errors=True)
     (work / "repo").mkdir(parents=True)
@@ -184,7 +191,7 @@ def _resolve(root: Path, deb: Path, name: str, dest: Path) -> Path:
         f"apt-get -q -y --no-install-recommends -o Dir::State::status={WORK}/status "
         f"-o Dir::Cache::archives={ARCHIVES}/"
     )
-    local = f"{WORK}/{deb.name}"
+    local = " ".join([f"{WORK}/{deb.name}", *extras])
     with image.chroot_mounts(root):
         _chroot(root, "apt-get -q update", "apt-get update (resolver)")
         what = f"resolve the dependencies of {deb.name} (trixie apt)"
@@ -202,7 +209,8 @@ def _resolve(root: Path, deb: Path, name: str, dest: Path) -> Path:
     # Release is written beside the repository first: inside it, it would list its own empty self
     index = f"cd {WORK}/repo\napt-ftparchive packages . >Packages\napt-ftparchive release . >../Release\n"
     _chroot(root, index + "mv ../Release Release", "index the repository (apt-ftparchive)")
-    meta = {"deb": deb.name, "package": name, "packages": [f"{p.name}={p.version}" for p in closure]}
+    meta = {"deb": deb.name, "package": name, "extras": list(extras),
+            "packages": [f"{p.name}={p.version}" for p in closure]}
     atomic_write_text(work / "repo" / "meta.json", json.dumps(meta, indent=2) + "\n")
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".repo-"))
