@@ -64,6 +64,27 @@ def run_order(item: pytest.Item) -> int:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    _guest_runs(terminalreporter)
+    _retried_boots(terminalreporter)
+
+
+def _guest_runs(terminalreporter: pytest.TerminalReporter) -> None:
+    """Each module's guest runs, in the order they started: where a suite's wall time goes."""
+    if not api.RUNS:
+        return
+    modules: dict[str, list[api.GuestRun]] = {}
+    for r in api.RUNS:
+        modules.setdefault(r.who.split("::")[0], []).append(r)
+    t0 = api.RUNS[0].started
+    terminalreporter.section(f"guest runs: {len(api.RUNS)}")
+    terminalreporter.write_line("start+s  runs cores   wall_s  queued_s  module")
+    for module, runs in modules.items():
+        terminalreporter.write_line(
+            f"{runs[0].started - t0:7.0f} {len(runs):5d} {max(r.slots for r in runs):5d} "
+            f"{sum(r.wall_s for r in runs):8.0f} {sum(r.queued_s for r in runs):9.0f}  {module}")
+
+
+def _retried_boots(terminalreporter: pytest.TerminalReporter) -> None:
     """Every guest boot that panicked and was run again: a retry must never hide silently."""
     if not api.RETRIED:
         return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,20 @@ def panic_summary(message: str | None) -> str:
 
 
 RETRIED: list[RetriedBoot] = []  # this process's retried boots, in order
+
+
+@dataclass(frozen=True)
+class GuestRun:
+    """One VM.run as the test summary lists it: where a suite's time went, boot by boot."""
+
+    who: str  # the caller's context (the test that booted it)
+    started: float  # time.time() when run() was called
+    wall_s: float  # the whole run: disk building, queueing for cores, every boot, fetching results
+    queued_s: float  # of which waiting for host cores held by other guests
+    slots: int  # host cores it held (1: single-threaded TCG)
+
+
+RUNS: list[GuestRun] = []  # this process's guest runs, in order
 
 
 def panic_is_ours(message: str | None) -> bool:
@@ -133,7 +148,10 @@ class VM:
             headers=headers,
             icount=icount,
         )
+        started = time.time()
         out, boots = self._run_retrying_panics(spec, retry_on_panic, single_on_last_retry)
+        RUNS.append(GuestRun(self._context(), started, time.time() - started, out.queued_s,
+                             1 if spec.one_host_thread else cpus))
         return VMResult(
             returncode=out.returncode,
             output=out.output.decode("utf-8", errors="replace"),
