@@ -394,15 +394,41 @@ class Daemon:
 
     async def _enable(self, req: Request, peer: Peer, persist: bool, mode_source: str | None = None
                       ) -> dict[str, Any]:
+        scheduler, mode, policy, source = self._requested(req, mode_source)
+        force = bool(self._arg(req, "force", bool))
+        args = req.args.get("args")
+        spec = self._spec(scheduler, mode, policy, peer, [] if args is None else args)
+        kernel = await self._make_room(force, peer)
+        if persist:
+            self.state = DesiredState(True, scheduler, mode.value, policy, time.time(), peer.uid,
+                                      args=list(spec.args), mode_source=source)
+            self._save()
+        log.info("enable_requested", scheduler=scheduler, pid=None, reason=req.op, mode=mode.value,
+                 policy=policy, uid=peer.uid, force=force)
+        if self.supervisor.spec == spec and self.supervisor.owns(kernel):
+            return self.status()  # already running exactly this: no needless restart
+        await self.supervisor.start(spec)
+        wait = self.config.limits.verify_timeout_s + self.config.limits.stop_timeout_s + 5
+        try:
+            outcome = await self.supervisor.first_outcome(wait)
+        except TimeoutError:
+            outcome = None
+        if outcome is not None:
+            raise ScxctlError(
+                f"{scheduler} failed to start: {outcome.kind}: {outcome.reason}",
+                hint="the daemon retries with backoff; `scxctl logs` shows why; `scxctl disable` stops it",
+            )
+        return self.status()
+
+    def _requested(self, req: Request, mode_source: str | None) -> tuple[str, Mode, str | None, str]:
+        """(scheduler, mode, policy, mode source) a start, switch or enable asks for, with what it
+        leaves out taken from what runs (switch) or the config's defaults."""
         current = self.state if self.state.enabled else None
         scheduler = self._arg(req, "scheduler", str)
         mode_name = self._arg(req, "mode", str)
         policy = self._arg(req, "policy", str)
-        force = bool(self._arg(req, "force", bool))
-        args = req.args.get("args")
-        args = [] if args is None else args  # checked against the allow-list in _spec
         # a mode (or arguments) the client chose holds against the power profile; see follow_power_profile
-        source = mode_source or ("explicit" if mode_name is not None or args else "auto")
+        source = mode_source or ("explicit" if mode_name is not None or req.args.get("args") else "auto")
         keep_mode = bool(self._arg(req, "keep_mode", bool))
         if scheduler is not None:
             scheduler = self.config.resolve(scheduler)
@@ -434,7 +460,11 @@ class Daemon:
             raise UsageError(str(exc)) from None
         if scheduler != PYLAND:
             policy = None if req.op == "switch" and req.args.get("policy") is None else policy
-        spec = self._spec(scheduler, mode, policy, peer, args)
+        return scheduler, mode, policy, source
+
+    async def _make_room(self, force: bool, peer: Peer) -> SchedExtStatus:
+        """Refuse a kernel without sched_ext; unload a scheduler scxctl did not start only when forced.
+        The kernel's state as read before any unload."""
         kernel = self.supervisor.kernel()
         if not kernel.available:
             raise ScxctlError(
@@ -451,34 +481,7 @@ class Daemon:
                     hint="--force unloads it (SysRq-S)",
                 )
             await self._evict(kernel, peer)
-        if persist:
-            self.state = DesiredState(True, scheduler, mode.value, policy, time.time(), peer.uid,
-                                      args=list(spec.args), mode_source=source)
-            self._save()
-        log.info(
-            "enable_requested",
-            scheduler=scheduler,
-            pid=None,
-            reason=req.op,
-            mode=mode.value,
-            policy=policy,
-            uid=peer.uid,
-            force=force,
-        )
-        if self.supervisor.spec == spec and self.supervisor.owns(kernel):
-            return self.status()  # already running exactly this: no needless restart
-        await self.supervisor.start(spec)
-        wait = self.config.limits.verify_timeout_s + self.config.limits.stop_timeout_s + 5
-        try:
-            outcome = await self.supervisor.first_outcome(wait)
-        except TimeoutError:
-            outcome = None
-        if outcome is not None:
-            raise ScxctlError(
-                f"{scheduler} failed to start: {outcome.kind}: {outcome.reason}",
-                hint="the daemon retries with backoff; `scxctl logs` shows why; `scxctl disable` stops it",
-            )
-        return self.status()
+        return kernel
 
     async def _restart(self, peer: Peer) -> dict[str, Any]:
         """Stop and start again what the desired state names (a fresh failure budget)."""
