@@ -66,6 +66,9 @@ const volatile struct pyland_config cfg;
 /* Counters and exit info shared with user space; the only variable in .bss (offset 0). */
 struct pyland_shared shared;
 
+/* 1 until ops.tick sees otherwise (learn_entry_migration_depth): most kernels' entry code adds one */
+u16 entry_migration_depth = 1;
+
 /* tasks waiting for decide(): 512 KiB, about 3600 records */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -767,7 +770,7 @@ static int rescue_starved(u64 dsq_id, u64 now, s32 this_cpu)
 		 */
 		if (tctx && pyl_elapsed(now, tctx->dsq_at) >= cfg.starve_ns &&
 		    bpf_cpumask_test_cpu(this_cpu, p->cpus_ptr) &&
-		    (!bpf_core_field_exists(p->migration_disabled) || !BPF_CORE_READ(p, migration_disabled)) &&
+		    !migration_disabled(p) &&
 		    pyl_dsq_move(&it, p, SCX_DSQ_LOCAL, SCX_ENQ_HEAD)) {
 			__sync_fetch_and_add(&shared.nr_rescued, 1);
 			rescued = 1;	/* one per dispatch: it runs next on this CPU */
@@ -1027,6 +1030,7 @@ void BPF_STRUCT_OPS(pyland_tick, struct task_struct *p)
 {
 	struct task_ctx *tctx;
 
+	learn_entry_migration_depth(p);	/* p is the current task here */
 	if (is_usersched(p))
 		return;
 	/* cpu.max: charge the running task, and stop it if that used up its cgroup's quota */

@@ -26,6 +26,8 @@
 extern const volatile struct pyland_config cfg;
 /* counters and exit info shared with user space: the only variable in .bss (offset 0) */
 extern struct pyland_shared shared;
+/* the migrate_disable() levels BPF's entry code adds to the task a callback runs in (.data) */
+extern u16 entry_migration_depth;
 
 struct task_ctx {
 	u64 enq_cnt;		/* generation: bumped on every enqueue; decisions must echo it (R7) */
@@ -99,10 +101,31 @@ static __always_inline struct cpu_ctx *lookup_cpu_ctx(s32 cpu)
 	return bpf_map_lookup_elem(&cpu_ctx_stor, &key);
 }
 
-/* a task that may not leave its CPU (migrate_disable()); the field exists from 6.15 (CO-RE) */
+/*
+ * BPF's entry code disables migration of the task it runs in on kernels before 6.18 and, from
+ * 6.18, where RCU is preemptible; elsewhere it leaves it alone. Any running task at depth 0 in
+ * ops.tick proves the latter; until one is seen, 1 (Debian's kernels all disable).
+ */
+static __always_inline void learn_entry_migration_depth(const struct task_struct *curr)
+{
+	if (bpf_core_field_exists(curr->migration_disabled) && !BPF_CORE_READ(curr, migration_disabled))
+		entry_migration_depth = 0;
+}
+
+/*
+ * A task that may not leave its CPU (migrate_disable()); the field exists from 6.15 (CO-RE). For
+ * the current task (ops.enqueue at slice expiry or preemption) the entry code's levels are ours.
+ */
 static __always_inline bool migration_disabled(const struct task_struct *p)
 {
-	return bpf_core_field_exists(p->migration_disabled) && BPF_CORE_READ(p, migration_disabled);
+	u16 depth;
+
+	if (!bpf_core_field_exists(p->migration_disabled))
+		return false;
+	depth = BPF_CORE_READ(p, migration_disabled);
+	if ((const void *)bpf_get_current_task_btf() == (const void *)p)
+		return depth > entry_migration_depth;
+	return depth > 0;
 }
 
 /* the DSQ of tasks placed on `cpu`: pyland's own, or that CPU's local DSQ on built-in DSQs */

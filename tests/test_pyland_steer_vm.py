@@ -2,6 +2,7 @@
 
 - wake-up preemption: a periodic waker (cyclictest, SCHED_OTHER) beside two CPU hogs; its p90
   latency stays below half a BPF slice, and the counter of the preemption path moved;
+- two hogs that had to share one CPU spread over both once the other CPU frees;
 - a parameter reaches BPF and changes placement: a policy gives two sleepers preferred CPUs, each
   the CPU it was NOT running on, and they move there (nr_pref_cpu);
 - out-of-range parameters are clamped by BPF and counted, with one warning line;
@@ -24,6 +25,7 @@ from scxctl.pyland.policy import DEFAULT_MIN_SLICE_NS, NSEC_PER_USEC
 pytestmark = pytest.mark.vm
 
 POLICIES = Path(__file__).resolve().parent / "policies"
+SPREAD_IDLE_TICKS = 30  # a tenth of 3 s at USER_HZ 100: a CPU left idle shows about 300
 WAKER = "cyclictest -t 1 -i 1000 -D 6 -q -m -h 20000"  # one periodic waker (SCHED_OTHER)
 
 SCENARIO = SCENARIO_PRELUDE + rf"""
@@ -40,10 +42,21 @@ wait_state enabled 120; echo $? >"$R/waker.attach.rc"
 hogs; h=$!; sleep 2   # the policy's reports classify the hogs
 {WAKER} >"$R/waker-pyland.txt" 2>&1
 kill $h; wait $h
+# 2. two hogs started while CPU 0 runs a real-time loop wait on CPU 1; once it ends they spread.
+#    The loop's timeout runs above it: at the loop's own priority it would never get to fire.
+idle() {{ awk '/^cpu[01] / {{printf "%s ", $5}}' /proc/stat; }}
+for i in 1 2; do
+  taskset -c 0 chrt -f 2 timeout 1.5 chrt -f 1 sh -c 'while :; do :; done' &
+  rt=$!; sleep 0.3
+  hogs; h=$!
+  wait $rt; sleep 0.5
+  echo "$(idle)" >"$R/spread$i.before"; sleep 3; echo "$(idle)" >"$R/spread$i.after"
+  kill $h; wait $h
+done
 kill -TERM $pid; wait $pid; echo $? >"$R/waker.rc"
 wait_state disabled 30
 
-# 2. preferred CPUs, 3. out-of-range parameters: the prefer policy
+# 3. preferred CPUs, 4. out-of-range parameters: the prefer policy
 cat >/tmp/sleeper.py <<'PY'
 import ctypes, os, sys, time
 name, start_cpu, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
@@ -81,7 +94,7 @@ a=$!
 python3 /tmp/sleeper.py scxpref0 1 4 >"$R/pref0-default.txt" 2>&1
 wait $a
 
-# 4. stuck in observe(): the watchdog detaches within its budget
+# 5. stuck in observe(): the watchdog detaches within its budget
 export ARM_FILE=/tmp/arm
 rm -f $ARM_FILE
 PYLAND_TEST_MODE=stuck-observe STUCK_FILE=$R/stuck.at $RUN --policy /tmp/test-policies/misbehave.py \
@@ -171,6 +184,21 @@ def test_a_periodic_waker_beside_hogs_preempts_within_a_slice(guest: Path) -> No
     assert preempts[-1] > 1000, preempts  # 6 s of a 1 kHz waker, hogs beside it
     assert lines[-1]["policy_reclassified"] > 0  # the hogs went to the batch class: preemptible
     assert read(guest, "waker.rc").strip() == "0"
+
+
+def test_hogs_stacked_on_one_cpu_spread_once_the_other_frees(guest: Path) -> None:
+    """A hog's slice ends in ops.enqueue while it is the current task, where BPF's own
+    migrate_disable() is counted in the task: read as the task's own, every expiring hog counted
+    as pinned and stayed in its CPU's queue, so two hogs that once shared a CPU never left it (the
+    other CPU idle, 3 s of 3 s, in 3 of 4 tries in one boot). Each CPU's idle time over 3 s with
+    two hogs on two CPUs, twice."""
+    idle = []
+    for i in (1, 2):
+        before = [int(x) for x in read(guest, f"spread{i}.before").split()]
+        after = [int(x) for x in read(guest, f"spread{i}.after").split()]
+        idle.append([b - a for a, b in zip(before, after, strict=True)])
+    print(f"\nidle ticks per CPU over 3 s beside 2 hogs after the RT loop: {idle}")
+    assert all(len(t) == 2 and max(t) < SPREAD_IDLE_TICKS for t in idle), idle
 
 
 def _counts(guest: Path, name: str) -> tuple[int, int]:
