@@ -108,7 +108,9 @@ static __always_inline struct cpu_ctx *lookup_cpu_ctx(s32 cpu)
  */
 static __always_inline void learn_entry_migration_depth(const struct task_struct *curr)
 {
-	if (bpf_core_field_exists(curr->migration_disabled) && !BPF_CORE_READ(curr, migration_disabled))
+	/* read before writing: a store on every tick would bounce the line between CPUs */
+	if (entry_migration_depth && bpf_core_field_exists(curr->migration_disabled) &&
+	    !BPF_CORE_READ(curr, migration_disabled))
 		entry_migration_depth = 0;
 }
 
