@@ -9,12 +9,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from scxctl.pyland import watchdog
 from scxctl.pyland.records import POLICY_SINCE, SHARED_COUNTERS
 from scxctl.pyland.scheduler import SCX_ECODE_ACT_RESTART, restart_requested
 from scxctl.pyland.shared import ExitInfo
@@ -117,6 +119,39 @@ def test_a_stamp_already_old_when_first_seen_counts_one_period_of_its_age() -> N
         wd.stop()
     assert len(detached) == 1 and 0.1 <= detached[0] - t0 < 1.0
     assert wd.report is not None and wd.report.overrun_ns > 2_000_000_000
+
+
+def test_a_look_the_watchdog_itself_was_late_for_counts_one_period(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watchdog thread held up for 300 ms in the middle of a look (its vCPU frozen, or holding
+    the interpreter lock the policy then waits for): the stamp ages 300 ms meanwhile, but the next
+    look counts one period of it. Counted: 50 + 50 + 50 ms of a 200 ms budget; the whole age, as
+    before, was about 400 ms, a detach."""
+    budget_ns = 200_000_000  # period 50 ms
+    frozen = threading.Event()
+    calls = []
+
+    def held_up(tid: int) -> int:
+        calls.append(tid)
+        if len(calls) == 2:
+            frozen.set()
+            time.sleep(0.3)
+        return 0
+
+    monkeypatch.setattr(watchdog, "run_delay_ns", held_up)
+    c = counters()
+    detached: list[int] = []
+    wd = PolicyWatchdog(c, budget_ns, "held", __file__, lambda: detached.append(1))
+    c[POLICY_SINCE] = time.monotonic_ns()
+    wd.start()
+    try:
+        frozen.wait(10)
+        wait_for(lambda: wd.looks >= 3)  # the look after the hold-up has counted it
+        c[POLICY_SINCE] = 0
+        looked = wd.looks
+        wait_for(lambda: wd.looks >= looked + 2)
+    finally:
+        wd.stop()
+    assert len(calls) >= 3 and detached == [] and wd.report is None, (calls, wd.report)
 
 
 def test_a_policy_that_swallows_the_interruption_ends_the_process() -> None:

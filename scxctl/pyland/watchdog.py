@@ -13,7 +13,8 @@ the batch is done); this thread reads the stamp, and when one call overran the b
 
 The budget counts the time the policy had the CPU or slept, not the time its thread waited for a
 CPU (run_delay in /proc/self/task/TID/schedstat): a loop preempted, or migrated away from a CPU going
-offline, is not a stuck policy (under TCG a CPU hotplug kept the loop off-CPU for 400 ms).
+offline, is not a stuck policy (under TCG a CPU hotplug kept the loop off-CPU for 400 ms). Nor is
+the time this thread itself was held up: each look counts at most one period.
 
 A pure-Python loop hands this thread the interpreter every switch interval (5 ms), so it runs.
 Native code that holds the interpreter lock does not, and neither does a stopped process: the BPF
@@ -142,9 +143,9 @@ class PolicyWatchdog:
         period = max(self.budget_ns / 4 / 1e9, MIN_PERIOD_S)
         period_ns = int(period * 1e9)
         counters = self.counters
-        # the stamp being watched; when this thread first saw it, the main thread's run_delay then,
-        # and how much of the stamp's age at that moment is counted
-        seen, seen_at, delay0, before = 0, 0, 0, 0
+        # the stamp being watched, how much of its age is counted so far, and when this thread
+        # last looked at it (with the main thread's run_delay then)
+        seen, counted, last, last_delay = 0, 0, 0, 0
         while not self._stop.wait(period):
             since = counters[POLICY_SINCE]
             self.looks += 1
@@ -155,11 +156,17 @@ class PolicyWatchdog:
             if since != seen:
                 # What the main thread did before this first look is unknown: this thread too may
                 # have been off-CPU for long (a CPU going offline stalled both for 300 ms under
-                # TCG), so the stamp's age then may be mostly waiting. Count at most one period of
-                # it: what a stamp can age between two timely looks.
-                seen, seen_at, delay0, before = since, now, delay or 0, min(now - since, period_ns)
-            waited = delay - delay0 if delay is not None else 0
-            if before + (now - seen_at) - waited > self.budget_ns:
+                # TCG), so the stamp's age then may be mostly waiting.
+                seen, counted, elapsed = since, 0, now - since
+            else:
+                waited = delay - last_delay if delay is not None else 0
+                elapsed = now - last - waited
+            # A look counts at most one period: what a stamp can age between two timely looks. A
+            # late look means this thread was held up itself (a frozen vCPU, holding the
+            # interpreter lock the policy then waits for), not that the policy ran all that time.
+            counted += max(0, min(elapsed, period_ns))
+            last, last_delay = now, delay or 0
+            if counted > self.budget_ns:
                 self._trip(since)
                 return
 
