@@ -85,10 +85,10 @@ def _guest_runs(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def _retried_boots(terminalreporter: pytest.TerminalReporter) -> None:
-    """Every guest boot that panicked and was run again: a retry must never hide silently."""
+    """Every guest boot that panicked or hung and was run again: a retry must never hide silently."""
     if not api.RETRIED:
         return
-    terminalreporter.section(f"guest boots retried after a kernel panic: {len(api.RETRIED)}")
+    terminalreporter.section(f"guest boots retried after a kernel panic or a boot hang: {len(api.RETRIED)}")
     for r in api.RETRIED:
         terminalreporter.write_line(f"{r.who} (boot {r.attempt}): {r.report}")
 

@@ -11,6 +11,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import statistics
@@ -23,7 +24,7 @@ import pytest
 from typer.testing import CliRunner
 
 import scxctl
-from tools.vm import accel, api, apt, cli, config, image, kernel, matrix, qemu, rundisk, runner
+from tools.vm import accel, api, apt, cli, config, hang, image, kernel, matrix, qemu, rundisk, runner
 from tools.vm.api import VM, VMResult
 from tools.vm.codes import HarnessCode
 from tools.vm.rundisk import Copy
@@ -202,6 +203,8 @@ def _fake_runs(monkeypatch: pytest.MonkeyPatch, codes: list[int], report: str = 
         seen.append(spec.tcg_single)
         code = codes[len(seen) - 1]
         msg = f"guest kernel panic: {report}" if code == HarnessCode.PANIC else None
+        if code == HarnessCode.NO_COMMAND:
+            msg = f"guest never reached the command (boot timeout) after 300 s\n{report}"
         return runner.Outcome(code, b"", msg, "tcg", 1.0, 2.0, "")
 
     monkeypatch.setattr(runner, "run", fake_run)
@@ -239,6 +242,31 @@ def test_panics_retry_and_the_last_boot_is_single_threaded(
         seen = _fake_runs(monkeypatch, [P, 0], ours)
         res = VM(lambda: tmp_path).run("true")
         assert res.returncode == P and res.boots == 1 and seen == [False], ours
+
+
+def test_a_light_guest_that_hung_before_its_command_gets_one_more_boot(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    H, P = HarnessCode.NO_COMMAND, HarnessCode.PANIC
+    report = "hang report (...):\n[ 9.1] RIP: 0010:pv_native_safe_halt+0xf/0x20"
+    seen = _fake_runs(monkeypatch, [H, 0], report)
+    res = VM(lambda: tmp_path, lambda: "tests/test_x.py::t").run("true")
+    assert res.returncode == 0 and res.boots == 2 and len(seen) == 2
+    assert [(r.who, r.attempt) for r in api.RETRIED] == [("tests/test_x.py::t", 1)]
+    retried = api.RETRIED[0].report
+    assert "boot timeout" in retried and "RIP: 0010:pv_native_safe_halt" in retried
+    # once only: a second hang is the result
+    seen = _fake_runs(monkeypatch, [H, H, 0], report)
+    res = VM(lambda: tmp_path).run("true")
+    assert res.returncode == H and res.boots == 2 and len(seen) == 2
+    # the retried boot still gets its panic retries
+    seen = _fake_runs(monkeypatch, [H, P, 0], report)
+    assert VM(lambda: tmp_path).run("true").boots == 3 and len(seen) == 3
+    # systemd may be starting the installed scxctl, a second boot follows the first command: never retried
+    for kwargs in ({"systemd": True}, {"then": "true"}):
+        seen = _fake_runs(monkeypatch, [H, 0], report)
+        res = VM(lambda: tmp_path).run("true", **kwargs)  # type: ignore[arg-type]
+        assert res.returncode == H and res.boots == 1 and len(seen) == 1, kwargs
 
 
 def test_every_retried_boot_is_recorded_with_its_test_and_report(
@@ -390,6 +418,22 @@ def test_mbr_has_signature_and_one_linux_partition() -> None:
     assert image.ROOT_PARTUUID == "5c7c7e11-01"
 
 
+def test_hang_report_reads_each_vcpus_instruction_pointer() -> None:
+    regs = (
+        "CPU#0\nRAX=0000000000000000 RBX=0000000000000001\n"
+        "RIP=ffffffff81c18526 RFL=00000246 [---Z-P-] CPL=0 II=0 A20=1 SMM=0 HLT=1\n"
+        "ES =0000 0000000000000000 00000000 00000000\n"
+        "CPU#1\nRAX=0000000000000002 RBX=0000000000000003\n"
+        "RIP=ffffffff82153c9f RFL=00000202 [-------] CPL=0 II=0 A20=1 SMM=0 HLT=0\n"
+    )
+    assert hang.instruction_pointers(regs) == {0: 0xFFFFFFFF81C18526, 1: 0xFFFFFFFF82153C9F}
+    assert hang.instruction_pointers("") == {}
+
+
+def test_hang_report_never_raises_without_a_monitor(tmp_path: Path) -> None:
+    assert hang.report(tmp_path / "absent.sock").startswith("no QMP monitor")
+
+
 def test_qemu_argv_snapshots_root_and_selects_init() -> None:
     m = qemu.Machine(Path("/k"), Path("/root.img"), Path("/run.img"), Path("/c"), Path("/t"), Path("/o"))
     argv = qemu.argv(m)
@@ -412,6 +456,11 @@ def test_qemu_argv_snapshots_root_and_selects_init() -> None:
     assert "tcg,thread=single" in counted
     assert counted[counted.index("-icount") + 1] == "shift=0,sleep=off,align=off"
     assert "-icount" not in argv and "-icount" not in single
+    # the monitor the hang report asks, and the SysRq keys it sends reach the guest's kernel
+    asked = qemu.argv(qemu.Machine(Path("/k"), Path("/r"), Path("/u"), Path("/c"), Path("/t"), Path("/o"),
+                                   qmp_socket=Path("/w/qmp.sock")))  # fmt: skip
+    assert asked[asked.index("-qmp") + 1] == "unix:/w/qmp.sock,server=on,wait=off" and "-qmp" not in argv
+    assert "sysrq_always_enabled" in argv[argv.index("-append") + 1].split()
 
 
 def test_run_disk_carries_the_tree_and_gives_results_back(tmp_path: Path) -> None:
@@ -1006,6 +1055,10 @@ def test_guest_timeout_is_reported_as_one(vm: VM) -> None:
     assert "before-hang" in res.output  # streamed before the hang
     assert res.boot_s is not None and res.qemu_s is not None
     assert res.qemu_s < res.boot_s + 5 + 30  # killed soon after the 5 s, not at some later limit
+    # the hang report: each vCPU's address, and the guest's own backtraces asked for by SysRq
+    assert re.search(r"sample 1: cpu0 0x[0-9a-f]+, cpu1 0x[0-9a-f]+", res.message), res.message
+    assert "sysrq: Show backtrace of all active CPUs" in res.message, res.message
+    assert "Call Trace:" in res.message and "sysrq: Show Blocked State" in res.message, res.message
 
 
 ICOUNT_RATES = """cd /opt/scxctl && python3 -c '

@@ -28,11 +28,12 @@ OUR_PANIC = re.compile(r"\bbpf_prog_[0-9a-f]+\w*\+0x|\bscx_\w+\+0x|kernel/sched/
 
 @dataclass(frozen=True)
 class RetriedBoot:
-    """A boot that panicked and was run again: the test summary lists every one."""
+    """A boot that panicked, or hung before its command, and was run again: the test summary
+    lists every one."""
 
     who: str  # the caller's context (the test that booted it)
     attempt: int
-    report: str  # the panic line and the report's Oops/BUG and RIP lines
+    report: str  # the harness's message and the report's Oops/BUG and RIP lines
 
 
 def panic_summary(message: str | None) -> str:
@@ -56,6 +57,15 @@ class GuestRun:
 
 
 RUNS: list[GuestRun] = []  # this process's guest runs, in order
+
+
+def boot_hang_is_retried(spec: runner.RunSpec, out: runner.Outcome) -> bool:
+    """A light guest that timed out before its command ran nothing of ours (the kernel booting,
+    then the harness's own init), so a fresh boot is fair: once. A systemd boot may be starting
+    the installed scxctl, whose hang would be ours, and a second boot's hang may be the first
+    command's doing: neither is retried."""
+    hung = out.returncode == HarnessCode.NO_COMMAND and "(boot timeout)" in (out.message or "")
+    return hung and not spec.systemd and spec.then is None
 
 
 def panic_is_ours(message: str | None) -> bool:
@@ -115,7 +125,8 @@ class VM:
     ) -> VMResult:
         """Run `command` in a fresh guest; a guest kernel panic gets up to PANIC_ATTEMPTS boots,
         PATCH_FLAKE_ATTEMPTS when every panic was the stale-patch flake, and none when the report
-        points into a BPF program or sched_ext (panic_is_ours). Each retried boot is kept in RETRIED.
+        points into a BPF program or sched_ext (panic_is_ours); a light guest that hung before its
+        command gets one more boot (boot_hang_is_retried). Each retried boot is kept in RETRIED.
 
         `flavour="installed"` boots the bare image without the working tree (tools.vm.image);
         `then` is a second command, run after a reboot of the same root disk when `command` exits 0
@@ -150,6 +161,12 @@ class VM:
         )
         started = time.time()
         out, boots = self._run_retrying_panics(spec, retry_on_panic, single_on_last_retry)
+        if boot_hang_is_retried(spec, out):
+            log.warning("guest hung before its command; retrying in a fresh guest", message=out.message)
+            RETRIED.append(RetriedBoot(self._context(), boots, panic_summary(out.message)))
+            spec.results = self._results_dir()
+            out, more = self._run_retrying_panics(spec, retry_on_panic, single_on_last_retry)
+            boots += more
         RUNS.append(GuestRun(self._context(), started, time.time() - started, out.queued_s,
                              1 if spec.one_host_thread else cpus))
         return VMResult(

@@ -31,6 +31,7 @@ class Machine:
     # root_image is a per-run qcow2 overlay over the base image that keeps the guest's writes (for
     # a second boot of the same disk), instead of the raw base image with its writes thrown away
     persistent_root: bool = False
+    qmp_socket: Path | None = None  # QEMU's monitor, for asking a hung guest what it does (tools.vm.hang)
 
 
 def qemu_binary() -> str:
@@ -45,6 +46,7 @@ def kernel_cmdline(systemd: bool) -> str:
         f"root=PARTUUID={ROOT_PARTUUID}", "rw", "rootfstype=ext4", "rootwait=30",
         "console=ttyS0", "loglevel=4", "quiet", "panic=-1", "mitigations=off",
         "no_timer_check",  # the IO-APIC timer check panics TCG guests on a busy host
+        "sysrq_always_enabled",  # the harness's hang report asks a stuck guest for its backtraces
     ]  # fmt: skip
     if systemd:
         args += ["scxvm.mode=systemd", "systemd.show_status=false"]
@@ -107,4 +109,5 @@ def argv(m: Machine, binary: str = QEMU) -> list[str]:
         "-chardev", f"file,id=con,path={m.console_log}", "-serial", "chardev:con",
         "-device", "virtio-serial-pci,id=vser0",
         *port("scxvm.ctl", m.ctl_log), *port("scxvm.out", m.out_log),
+        *(["-qmp", f"unix:{m.qmp_socket},server=on,wait=off"] if m.qmp_socket else []),
     ]  # fmt: skip

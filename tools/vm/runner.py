@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from scxctl.log import get_logger
-from tools.vm import accel, config, image, kernel, qemu, rundisk, slots
+from tools.vm import accel, config, hang, image, kernel, qemu, rundisk, slots
 from tools.vm.codes import HarnessCode, VMError
 
 log = get_logger("tools.vm.run")
@@ -42,6 +42,8 @@ _PANIC_RE = re.compile(r"Kernel panic - not syncing:?[^\n]*")
 # An oops first; a WARNING only when there is none (an earlier, harmless one must not crowd it out).
 _OOPS_RES = (re.compile(r"BUG:|Oops|general protection fault"), re.compile(r"WARNING:|RIP:"))
 PANIC_EXCERPT_LINES = 40
+HANG_PRINT_S = 15.0  # the most a timed-out guest gets to print its backtraces (tools.vm.hang)
+HANG_PRINT_LINES = 80
 
 
 @dataclass
@@ -216,7 +218,8 @@ def merge(first: Outcome, second: Outcome) -> Outcome:
 def second_machine(m: qemu.Machine, work: Path) -> qemu.Machine:
     """The second boot's machine: the same disks, its own log files (the first boot's stay for --keep)."""
     return dataclasses.replace(
-        m, console_log=work / "console2.log", ctl_log=work / "ctl2.log", out_log=work / "out2.log"
+        m, console_log=work / "console2.log", ctl_log=work / "ctl2.log", out_log=work / "out2.log",
+        qmp_socket=_socket(work / "qmp2.sock"),
     )
 
 
@@ -251,7 +254,7 @@ def run(spec: RunSpec, sink: BinaryIO | None = None) -> Outcome:
             kernel=kernel.boot_image(info), root_image=root, run_image=run_img,
             console_log=work / "console.log", ctl_log=work / "ctl.log", out_log=work / "out.log",
             accel=acc, cpus=spec.cpus, mem=spec.mem, systemd=spec.systemd, tcg_single=spec.one_host_thread,
-            icount=spec.icount, persistent_root=persistent,
+            icount=spec.icount, persistent_root=persistent, qmp_socket=_socket(work / "qmp.sock"),
         )  # fmt: skip
         for p in (m.console_log, m.ctl_log, m.out_log):
             p.touch()
@@ -319,6 +322,7 @@ def _boot(
     )  # fmt: skip
     timed_out: str | None = None
     finished_at: float | None = None
+    hang_text = ""
     try:
         while True:
             exited = proc.poll() is not None
@@ -348,6 +352,9 @@ def _boot(
                 timed_out = "command"
                 break
             time.sleep(POLL_S)
+        if timed_out is not None and proc.poll() is None:
+            hang_text, printed = _ask_hung_guest(m, con)
+            console += printed
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -374,6 +381,8 @@ def _boot(
         elif code != HarnessCode.TIMEOUT:
             tail = "\n".join(console.strip().splitlines()[-15:])
             log.error("guest console (last lines)", console=tail, qemu_stderr=detail[-500:])
+        if hang_text:
+            message += "\n" + hang_text
     boot_s = (watch.started_at - started) if watch.started_at is not None else None
     log.info(
         "guest finished", code=int(code), boot_s=_r(boot_s), command_s=_r(finished_at, watch.started_at),
@@ -381,6 +390,32 @@ def _boot(
     )  # fmt: skip
     return Outcome(int(code), bytes(output), message, m.accel, boot_s, time.monotonic() - t0, console,
                    work if spec.keep else None, qemu_s=time.monotonic() - started)
+
+
+def _socket(path: Path) -> Path | None:
+    """`path` when a unix socket can have it (sun_path: 108 bytes); else the run has no monitor."""
+    return path if len(os.fsencode(path)) < 108 else None
+
+
+def _ask_hung_guest(m: qemu.Machine, con: _Tail) -> tuple[str, str]:
+    """tools.vm.hang's report on a guest that timed out, with what the guest printed for it; the
+    printed part is also returned alone, for the console the outcome keeps."""
+    if m.qmp_socket is None:
+        return "", ""
+    text = hang.report(m.qmp_socket)
+    printed = ""
+    deadline = time.monotonic() + HANG_PRINT_S
+    quiet_since = time.monotonic()
+    # the backtraces take a while to print under TCG: read until the console has been quiet a second
+    while time.monotonic() < deadline and (not printed or time.monotonic() - quiet_since < 1.0):
+        new = con.read().decode(errors="replace")
+        if new:
+            printed += new
+            quiet_since = time.monotonic()
+        time.sleep(POLL_S)
+    log.warning("asked the hung guest what it does", report=text, console_lines=printed.count("\n"))
+    shown = "\n".join(printed.strip().splitlines()[-HANG_PRINT_LINES:])
+    return f"hang report (vCPU instruction pointers, then SysRq 8, l and w):\n{text}\n{shown}", printed
 
 
 def _reap_stale_runs(runs: Path) -> None:
