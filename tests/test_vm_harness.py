@@ -14,6 +14,7 @@ import os
 import re
 import secrets
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -431,7 +432,22 @@ def test_hang_report_reads_each_vcpus_instruction_pointer() -> None:
 
 
 def test_hang_report_never_raises_without_a_monitor(tmp_path: Path) -> None:
-    assert hang.report(tmp_path / "absent.sock").startswith("no QMP monitor")
+    assert hang.report(tmp_path / "absent.sock").startswith("QMP failed")
+
+
+def test_hang_report_gives_up_on_a_monitor_that_never_answers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A QEMU stuck in its main loop accepts the connection (the kernel does) but never greets."""
+    monkeypatch.setattr(hang, "REPORT_TIMEOUT_S", 0.5)
+    path = tmp_path / "mute.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(path))
+        server.listen(1)
+        t0 = time.monotonic()
+        text = hang.report(path)
+        assert time.monotonic() - t0 < 5
+    assert text == "QMP did not answer within 0.5 s"
 
 
 def test_qemu_argv_snapshots_root_and_selects_init() -> None:

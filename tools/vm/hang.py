@@ -11,19 +11,15 @@ for the keyboard: the guest boots the uncompressed kernel (no KASLR), so they ma
 
 from __future__ import annotations
 
+import asyncio
 import re
-import time
 from pathlib import Path
 
-from qemu.qmp.legacy import QEMUMonitorProtocol
-
-from scxctl.log import get_logger
-
-log = get_logger("tools.vm.hang")
+from qemu.qmp import QMPClient
 
 SAMPLES = 3
 SAMPLE_GAP_S = 0.3
-QMP_TIMEOUT_S = 5.0
+REPORT_TIMEOUT_S = 10.0
 # 8: every message to the console (the boot's quiet level would hide the rest); l: a backtrace of
 # every active CPU; w: the tasks blocked uninterruptibly (what a boot waits on)
 SYSRQ_KEYS = ("8", "l", "w")
@@ -42,26 +38,30 @@ def instruction_pointers(info_registers: str) -> dict[int, int]:
 
 
 def report(qmp_socket: Path) -> str:
-    """Sample the vCPUs and ask the guest for its backtraces; one line per sample. Never raises:
-    it runs while a failure is being reported, and must not replace that failure with its own."""
+    """Sample the vCPUs and ask the guest for its backtraces; one line per sample. Never raises and
+    never waits past REPORT_TIMEOUT_S (a QEMU stuck in its main loop would never answer): it runs
+    while a failure is being reported, and must neither replace that failure nor hold it up."""
     lines: list[str] = []
     try:
-        qmp = QEMUMonitorProtocol(str(qmp_socket))
-        qmp.connect()
-        qmp.settimeout(QMP_TIMEOUT_S)
+        asyncio.run(asyncio.wait_for(_ask(qmp_socket, lines), REPORT_TIMEOUT_S))
+    except TimeoutError:
+        lines.append(f"QMP did not answer within {REPORT_TIMEOUT_S:g} s")
     except Exception as exc:  # qemu.qmp raises types of its own besides OSError
-        return f"no QMP monitor ({exc})"
+        lines.append(f"QMP failed ({exc})")
+    return "\n".join(lines)
+
+
+async def _ask(qmp_socket: Path, lines: list[str]) -> None:
+    qmp = QMPClient("scxvm")
+    await qmp.connect(str(qmp_socket))
     try:
         for i in range(SAMPLES):
-            regs = str(qmp.cmd("human-monitor-command", **{"command-line": "info registers -a"}))
-            rips = instruction_pointers(regs)
+            regs = await qmp.execute("human-monitor-command", {"command-line": "info registers -a"})
+            rips = instruction_pointers(str(regs))
             where = ", ".join(f"cpu{c} {r:#x}" for c, r in sorted(rips.items()))
             lines.append(f"sample {i + 1}: {where or 'no registers'}")
-            time.sleep(SAMPLE_GAP_S)
+            await asyncio.sleep(SAMPLE_GAP_S)
         for key in SYSRQ_KEYS:
-            qmp.cmd("human-monitor-command", **{"command-line": f"sendkey alt-sysrq-{key}"})
-    except Exception as exc:  # as above
-        lines.append(f"QMP failed ({exc})")
+            await qmp.execute("human-monitor-command", {"command-line": f"sendkey alt-sysrq-{key}"})
     finally:
-        qmp.close()
-    return "\n".join(lines)
+        await qmp.disconnect()

@@ -398,8 +398,8 @@ def _socket(path: Path) -> Path | None:
 
 
 def _ask_hung_guest(m: qemu.Machine, con: _Tail) -> tuple[str, str]:
-    """tools.vm.hang's report on a guest that timed out, with what the guest printed for it; the
-    printed part is also returned alone, for the console the outcome keeps."""
+    """(tools.vm.hang's report on a guest that timed out, with what the guest printed for it; the
+    printed text alone, for the console the outcome keeps)."""
     if m.qmp_socket is None:
         return "", ""
     text = hang.report(m.qmp_socket)
