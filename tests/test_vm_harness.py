@@ -199,6 +199,7 @@ def _fake_runs(monkeypatch: pytest.MonkeyPatch, codes: list[int], report: str = 
     boot's tcg_single."""
     seen: list[bool] = []
     monkeypatch.setattr(api, "RETRIED", [])  # fake boots stay out of the real test summary
+    monkeypatch.setattr(api, "RUNS", [])
 
     def fake_run(spec: runner.RunSpec, sink: object = None) -> runner.Outcome:
         seen.append(spec.tcg_single)
