@@ -17,7 +17,10 @@ import pytest
 from scxctl.bench.workload_schema import REPORT
 from tests.guest_files import SCENARIO_PRELUDE, read
 
-pytestmark = pytest.mark.vm
+# Nothing here measures a scheduler's speed, so the guest runs single-threaded TCG (one host core,
+# beside the other single-threaded guests): it switches schedulers a dozen times, and multi-threaded
+# TCG now and then executes a stale copy of the code those switches patch.
+pytestmark = [pytest.mark.vm, pytest.mark.tcg_single]
 
 SCENARIO = SCENARIO_PRELUDE + r"""
 enable_seq() { cat $SX/enable_seq; }
@@ -67,7 +70,7 @@ def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     script = tmp_path_factory.mktemp("workload") / "scenario.sh"
     script.write_text(SCENARIO)
     res = vm.run("bash /tmp/workload_scenario.sh", timeout=1500, cpus=2, mem="2G",
-                 copy=[(str(script), "/tmp/workload_scenario.sh")], single_on_last_retry=False)
+                 copy=[(str(script), "/tmp/workload_scenario.sh")])
     assert res.returncode == 0, f"guest run failed ({res.message}): {res.output[-3000:]}"
     return res.results
 
