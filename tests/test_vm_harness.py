@@ -451,6 +451,19 @@ def test_hang_report_gives_up_on_a_monitor_that_never_answers(
     assert text == "QMP did not answer within 0.5 s"
 
 
+def test_hang_report_keeps_what_sysrq_printed_first() -> None:
+    """Two CPUs' NMI backtraces with registers ran to 90 lines once: a message that kept the last
+    80 lost the header of SysRq l. The start is kept, and the count of what was left out."""
+    printed = "\n".join(["[ 8.9] sysrq: Show backtrace of all active CPUs"]
+                        + [f"[ 8.9] frame {i}" for i in range(runner.HANG_PRINT_LINES + 40)])
+    shown = runner.hang_printed(printed + "\n")
+    lines = shown.splitlines()
+    assert lines[0] == "[ 8.9] sysrq: Show backtrace of all active CPUs"
+    assert len(lines) == runner.HANG_PRINT_LINES + 1
+    assert lines[-1] == "[41 more lines in the harness's warning log]"
+    assert runner.hang_printed("a\nb\n") == "a\nb"
+
+
 def test_qemu_argv_snapshots_root_and_selects_init() -> None:
     m = qemu.Machine(Path("/k"), Path("/root.img"), Path("/run.img"), Path("/c"), Path("/t"), Path("/o"))
     argv = qemu.argv(m)

@@ -43,7 +43,9 @@ _PANIC_RE = re.compile(r"Kernel panic - not syncing:?[^\n]*")
 _OOPS_RES = (re.compile(r"BUG:|Oops|general protection fault"), re.compile(r"WARNING:|RIP:"))
 PANIC_EXCERPT_LINES = 40
 HANG_PRINT_S = 15.0  # the most a timed-out guest gets to print its backtraces (tools.vm.hang)
-HANG_PRINT_LINES = 80
+# what of that the failure message shows: its start, where SysRq's headers and each CPU's backtrace
+# come (the blocked tasks after them can run long); the harness's warning log has it all
+HANG_PRINT_LINES = 150
 
 
 @dataclass
@@ -413,9 +415,18 @@ def _ask_hung_guest(m: qemu.Machine, con: _Tail) -> tuple[str, str]:
             printed += new
             quiet_since = time.monotonic()
         time.sleep(POLL_S)
-    log.warning("asked the hung guest what it does", report=text, console_lines=printed.count("\n"))
-    shown = "\n".join(printed.strip().splitlines()[-HANG_PRINT_LINES:])
-    return f"hang report (vCPU instruction pointers, then SysRq 8, l and w):\n{text}\n{shown}", printed
+    log.warning("asked the hung guest what it does", report=text, console_lines=printed.count("\n"),
+                printed=printed)
+    head = "hang report (vCPU instruction pointers, then SysRq 8, l and w)"
+    return f"{head}:\n{text}\n{hang_printed(printed)}", printed
+
+
+def hang_printed(printed: str) -> str:
+    """The first HANG_PRINT_LINES lines of what a hung guest printed for SysRq, and how many more."""
+    lines = printed.strip().splitlines()
+    shown = "\n".join(lines[:HANG_PRINT_LINES])
+    more = len(lines) - HANG_PRINT_LINES
+    return f"{shown}\n[{more} more lines in the harness's warning log]" if more > 0 else shown
 
 
 def _reap_stale_runs(runs: Path) -> None:
