@@ -232,14 +232,12 @@ static void steer_place(struct task_struct *p, struct task_ctx *tctx, const stru
 		kick_for(p, cpu, pinned);
 		return;
 	}
-	if (!pyl_custom_dsqs()) {
-		/* built-in FIFO DSQs and no kicks: first in its CPU's local DSQ, preempting what runs */
-		pyl_dsq_insert(p, SCX_DSQ_LOCAL_ON | cpu, slice, enq_flags | SCX_ENQ_HEAD | SCX_ENQ_PREEMPT);
-		return;
-	}
-	/* the kicked CPU's dispatch takes the earliest deadline of its DSQ and the shared one: this task */
-	insert_ordered(p, pinned ? cpu_dsq(cpu) : shared_dsq(), slice, tctx->deadline, enq_flags);
-	pyl_kick_cpu(cpu, SCX_KICK_PREEMPT);
+	/*
+	 * First in the local DSQ of the CPU it preempts, which the kernel reschedules at once (a
+	 * reschedule IPI when remote): no kick through irq_work, and no ops.dispatch before it runs.
+	 * It may pass tasks of earlier deadline waiting in the DSQs, once per preempt_gap_ns at most.
+	 */
+	pyl_dsq_insert(p, SCX_DSQ_LOCAL_ON | cpu, slice, enq_flags | SCX_ENQ_HEAD | SCX_ENQ_PREEMPT);
 }
 
 /* ops.enqueue in steer mode: placed at once, unless its params send its wake-ups to decide() */
