@@ -40,18 +40,16 @@ from tools.vm.config import cache_dir
 PEER = Path(__file__).resolve().parents[2] / "shared" / "peer" / "schbench.c"
 REF = "/opt/scxctl/tests/native/build/schtest-ref"
 HOGS = "stress-ng --cpu 2 --timeout 120 >/dev/null 2>&1 & sleep 1"
+SCHBENCH_METRICS = ["schbench.rps", "schbench.wakeup_p50_us", "schbench.wakeup_p90_us",
+                    "schbench.wakeup_p99_us", "schbench.request_p99_us"]
 # name: (command, extra `bench workload` options, the metrics the table shows)
 LOADS: dict[str, tuple[str, list[str], list[str]]] = {
-    "schbench": ("/tmp/schbench -m 1 -t 2 -r 10", [],
-                 ["schbench.rps", "schbench.wakeup_p50_us", "schbench.wakeup_p90_us",
-                  "schbench.wakeup_p99_us", "schbench.request_p99_us"]),
+    "schbench": ("/tmp/schbench -m 1 -t 2 -r 10", [], SCHBENCH_METRICS),
     # Under TCG the workers' math runs about 6x slower than on hardware (a worker's burst between two
     # sleeps: 12-27 ms in the guest, 2.6-3.7 ms on the 2-core host), while adaptive_priority's
     # spins are wall-clock: a fifth of the math (-n 1) gives the guest's workers the bursts they have
     # on hardware.
-    "schbench-n1": ("/tmp/schbench -m 1 -t 2 -r 10 -n 1", [],
-                    ["schbench.rps", "schbench.wakeup_p50_us", "schbench.wakeup_p90_us",
-                     "schbench.wakeup_p99_us", "schbench.request_p99_us"]),
+    "schbench-n1": ("/tmp/schbench -m 1 -t 2 -r 10 -n 1", [], SCHBENCH_METRICS),
     "hackbench": ("hackbench -g 2 -l 200", [], ["hackbench.time_s"]),
     "hackbench-pipe": ("hackbench -g 2 -l 200 --pipe", [], ["hackbench.time_s"]),
     "cyclictest-hogs": (

@@ -217,7 +217,10 @@ static __always_inline void kick_for(struct task_struct *p, s32 cpu, bool pinned
 		pyl_kick_cpu(idle, SCX_KICK_IDLE);
 }
 
-/* the task into its CPU's DSQ (pinned) or the shared one, in deadline order, its slice from its params */
+/*
+ * The task into its CPU's DSQ (pinned) or the shared one, in deadline order, its slice from its
+ * params; a wake-up that preempts goes first into the local DSQ of the CPU it preempts.
+ */
 static void steer_place(struct task_struct *p, struct task_ctx *tctx, const struct pyland_params *pp,
 			u64 enq_flags, u64 now)
 {
