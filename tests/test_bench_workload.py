@@ -22,6 +22,7 @@ import pytest
 from interrupt import sigint_default
 
 from scxctl.bench import ab_stats, parsers
+from scxctl.bench import workload as workload_module
 from scxctl.bench.workload import (
     WorkloadOptions,
     parse_compare,
@@ -368,8 +369,45 @@ def test_ctrl_c_stops_the_command_and_exits_130(tmp_path: Path) -> None:
     _, err = p.communicate(timeout=30)
     assert p.returncode == ExitCode.INTERRUPTED, err
     assert err.strip().splitlines()[-1] == "scxctl: error: interrupted"
-    time.sleep(0.2)
+    # the group was sent SIGKILL before the exit; its members still have to run to end
+    deadline = time.monotonic() + 10  # the sleeps alone would last 62 s
+    while _pids_of(f"sleep {marker}") and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert _pids_of(f"sleep {marker}") == []
+
+
+def _group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_ctrl_c_while_the_command_starts_still_kills_its_group(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C that lands inside Popen, after the fork, must not lose the command's pid."""
+    real_popen = subprocess.Popen
+    started: list[int] = []
+
+    def popen_then_ctrl_c(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        proc = real_popen(*args, **kwargs)
+        started.append(proc.pid)
+        signal.raise_signal(signal.SIGINT)  # before Popen has returned the pid to its caller
+        return proc
+
+    monkeypatch.setattr(workload_module.subprocess, "Popen", popen_then_ctrl_c)
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job ignores it
+    try:
+        with (tmp_path / "out").open("wb") as out, pytest.raises(KeyboardInterrupt):
+            workload_module.execute(["sh", "-c", "sleep 30; sleep 30"], out)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert len(started) == 1
+    deadline = time.monotonic() + 10
+    while not _group_gone(started[0]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _group_gone(started[0]), f"the command's group {started[0]} outlived the interrupt"
 
 
 def test_a_default_run_beside_a_loaded_sched_ext_scheduler_is_invalid(tmp_path: Path) -> None:

@@ -27,8 +27,9 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -188,6 +189,36 @@ def _join_sched_ext() -> None:
     os.sched_setscheduler(0, SCHED_EXT, os.sched_param(0))
 
 
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[list[int]]:
+    """Hold SIGINT and SIGTERM while the command starts, and list those that came.
+
+    A KeyboardInterrupt raised inside Popen, after the fork, loses the child's pid: nothing could
+    then kill the command's group. Only the main thread can set handlers; elsewhere none are held.
+    """
+    held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+    old = {sig: signal.signal(sig, lambda signum, _frame: held.append(signum))
+           for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield held
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _stop_group(proc: subprocess.Popen[bytes], reaped: bool) -> None:
+    """The command must not outlive its run, whether it ended, timed out or was interrupted."""
+    if not reaped:  # Ctrl-C or an error while waiting
+        _kill_group(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.wait4(proc.pid, 0)
+        proc.returncode = -signal.SIGKILL
+    _kill_group(proc.pid, signal.SIGKILL)  # whatever of its group is left
+
+
 def execute(argv: list[str], output: IO[bytes], *, timeout_s: float | None = None,
             run_as: RunAs | None = None, partial: bool = False,
             health: Callable[[], str | None] = lambda: None,
@@ -199,19 +230,24 @@ def execute(argv: list[str], output: IO[bytes], *, timeout_s: float | None = Non
     cpu0 = _self_cpu_s()
     wakeups = 0
     status, reason = "ok", None
+    proc: subprocess.Popen[bytes] | None = None
+    pidfd = -1
+    reaped = False
     t0 = time.monotonic()
     try:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-            # no preexec_fn unless needed: it costs every spawn a full fork (1.7 ms on a dev host)
-            start_new_session=True, preexec_fn=_join_sched_ext if partial else None, env=env,
-            user=run_as.uid if run_as else None, group=run_as.gid if run_as else None,
-            extra_groups=list(run_as.groups) if run_as else None)
-    except OSError as exc:
-        raise ScxctlError(f"cannot start {argv[0]}: {exc.strerror}") from None
-    pidfd = os.pidfd_open(proc.pid)
-    reaped = False
-    try:
+        with _interrupts_held() as held:
+            try:
+                proc = subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                    # no preexec_fn unless needed: it costs every spawn a full fork (1.7 ms on a dev host)
+                    start_new_session=True, preexec_fn=_join_sched_ext if partial else None, env=env,
+                    user=run_as.uid if run_as else None, group=run_as.gid if run_as else None,
+                    extra_groups=list(run_as.groups) if run_as else None)
+            except OSError as exc:
+                raise ScxctlError(f"cannot start {argv[0]}: {exc.strerror}") from None
+            pidfd = os.pidfd_open(proc.pid)
+        if held:  # now that the group is known, the interrupt can take its course
+            signal.raise_signal(held[0])
         poller = select.poll()
         poller.register(pidfd, select.POLLIN)
         deadline = None if timeout_s is None else t0 + timeout_s
@@ -237,13 +273,10 @@ def execute(argv: list[str], output: IO[bytes], *, timeout_s: float | None = Non
         reaped = True
         proc.returncode = code = os.waitstatus_to_exitcode(wstatus)
     finally:
-        if not reaped:  # Ctrl-C or an error while waiting: the command must not outlive the run
-            _kill_group(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(ChildProcessError):
-                os.wait4(proc.pid, 0)
-            proc.returncode = -signal.SIGKILL
-        _kill_group(proc.pid, signal.SIGKILL)  # whatever of its group is left
-        os.close(pidfd)
+        if proc is not None:
+            _stop_group(proc, reaped)
+        if pidfd >= 0:
+            os.close(pidfd)
     if status == "ok" and code != 0:
         status = "failed"
     return Execution(status, code, wall, ru.ru_utime, ru.ru_stime, _self_cpu_s() - cpu0, wakeups, reason)
