@@ -218,6 +218,30 @@ static __always_inline void kick_for(struct task_struct *p, s32 cpu, bool pinned
 }
 
 /*
+ * The CPU a wake-up preempts, or -1: its own CPU, else one other CPU it may run on, picked at
+ * random. Without the second try, two periodic wakers that once met on a hog's CPU stay there:
+ * the one that wakes while the other runs, or within a gap of the other's preemption, waits out
+ * the hog's slice, while the hog on the next CPU could have been preempted. One random CPU, not a
+ * scan: the cost of a wake-up must not grow with the machine.
+ */
+static __always_inline s32 wake_target(struct task_struct *p, struct task_ctx *tctx,
+				       const struct pyland_params *pp, s32 cpu, bool pinned, u64 now)
+{
+	u32 nr_cpus = scx_bpf_nr_cpu_ids();
+	s32 other;
+
+	if (wake_preempts(p, tctx, pp, cpu, now))
+		return cpu;
+	if (pinned || nr_cpus < 2 || cpu < 0)
+		return -1;
+	other = (cpu + 1 + bpf_get_prandom_u32() % (nr_cpus - 1)) % nr_cpus;
+	if (!wake_preempts(p, tctx, pp, other, now))
+		return -1;
+	__sync_fetch_and_add(&shared.nr_preempt_other, 1);
+	return other;
+}
+
+/*
  * The task into its CPU's DSQ (pinned) or the shared one, in deadline order, its slice from its
  * params; a wake-up that preempts goes first into the local DSQ of the CPU it preempts.
  */
@@ -227,10 +251,13 @@ static void steer_place(struct task_struct *p, struct task_ctx *tctx, const stru
 	s32 cpu = scx_bpf_task_cpu(p);
 	bool pinned = p->nr_cpus_allowed == 1 || migration_disabled(p);
 	u64 slice = params_slice(pp);
+	s32 target = -1;
 
 	__sync_fetch_and_add(&shared.nr_steered, 1);
 	tctx->dsq_at = now;
-	if (!(enq_flags & SCX_ENQ_WAKEUP) || !wake_preempts(p, tctx, pp, cpu, now)) {
+	if (enq_flags & SCX_ENQ_WAKEUP)
+		target = wake_target(p, tctx, pp, cpu, pinned, now);
+	if (target < 0) {
 		insert_ordered(p, pinned ? cpu_dsq(cpu) : shared_dsq(), slice, tctx->deadline, enq_flags);
 		kick_for(p, cpu, pinned);
 		return;
@@ -240,7 +267,7 @@ static void steer_place(struct task_struct *p, struct task_ctx *tctx, const stru
 	 * reschedule IPI when remote): no kick through irq_work, and no ops.dispatch before it runs.
 	 * It may pass tasks of earlier deadline waiting in the DSQs, once per preempt_gap_ns at most.
 	 */
-	pyl_dsq_insert(p, SCX_DSQ_LOCAL_ON | cpu, slice, enq_flags | SCX_ENQ_HEAD | SCX_ENQ_PREEMPT);
+	pyl_dsq_insert(p, SCX_DSQ_LOCAL_ON | target, slice, enq_flags | SCX_ENQ_HEAD | SCX_ENQ_PREEMPT);
 }
 
 /* ops.enqueue in steer mode: placed at once, unless its params send its wake-ups to decide() */

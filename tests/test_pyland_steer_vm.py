@@ -2,6 +2,8 @@
 
 - wake-up preemption: a periodic waker (cyclictest, SCHED_OTHER) beside two CPU hogs; its p90
   latency stays below half a BPF slice, and the counter of the preemption path moved;
+- two periodic wakers that start on one CPU: a wake-up that cannot preempt its own CPU's hog (the
+  other waker runs there, or preempted it a moment ago) preempts the other CPU's (nr_preempt_other);
 - two hogs that had to share one CPU spread over both once the other CPU frees;
 - a parameter reaches BPF and changes placement: a policy gives two sleepers preferred CPUs, each
   the CPU it was NOT running on, and they move there (nr_pref_cpu);
@@ -13,6 +15,7 @@ The default scheduler runs the same waker load first in the same boot, for the f
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,7 @@ pytestmark = pytest.mark.vm
 POLICIES = Path(__file__).resolve().parent / "policies"
 SPREAD_IDLE_TICKS = 30  # a tenth of 3 s at USER_HZ 100: a CPU left idle shows about 300
 WAKER = "cyclictest -t 1 -i 1000 -D 6 -q -m -h 20000"  # one periodic waker (SCHED_OTHER)
+PAIR = "cyclictest -t 2 -i 1000 -D 5 -q -m -h 20000"  # two, the second every 1.5 ms
 
 SCENARIO = SCENARIO_PRELUDE + rf"""
 RUN="scxctl --log-format json run --stats-interval 1"
@@ -41,6 +45,11 @@ pid=$!
 wait_state enabled 120; echo $? >"$R/waker.attach.rc"
 hogs; h=$!; sleep 2   # the policy's reports classify the hogs
 {WAKER} >"$R/waker-pyland.txt" 2>&1
+# 1b. two wakers that start on CPU 0, then may use both: the hogs still run
+taskset -c 0 {PAIR} >"$R/pair-pyland.txt" 2>&1 &
+c=$!; sleep 1
+date +%s.%N >"$R/pair.t0"; taskset -a -p -c 0,1 $c >/dev/null
+wait $c; date +%s.%N >"$R/pair.t1"; sleep 1.2   # one more stats line after the pair
 kill $h; wait $h
 # 2. two hogs started while CPU 0 runs a real-time loop wait on CPU 1; once it ends they spread.
 #    The loop's timeout runs above it: at the loop's own priority it would never get to fire.
@@ -184,6 +193,31 @@ def test_a_periodic_waker_beside_hogs_preempts_within_a_slice(guest: Path) -> No
     assert preempts[-1] > 1000, preempts  # 6 s of a 1 kHz waker, hogs beside it
     assert lines[-1]["policy_reclassified"] > 0  # the hogs went to the batch class: preemptible
     assert read(guest, "waker.rc").strip() == "0"
+
+
+def _stamp(guest: Path, name: str) -> float:
+    return float(read(guest, name))
+
+
+def test_two_wakers_started_on_one_cpu_preempt_the_other_cpus_hog(guest: Path) -> None:
+    """Both wakers begin on CPU 0 beside the hogs. The first time one wakes while the other runs
+    there, its own CPU has nothing to preempt: the wake-up preempts the other CPU's hog instead,
+    and the counter of that path moves during the pair's run. (Latency alone does not show it:
+    the pair also spreads by itself now and then.)"""
+    pair = {m.name: m.value for m in cyclictest(read(guest, "pair-pyland.txt"))}
+    print(f"\ntwo wakers started on CPU 0 beside 2 hogs (us): {pair}")
+    t0, t1 = _stamp(guest, "pair.t0"), _stamp(guest, "pair.t1")
+    lines = [(datetime.fromisoformat(s["timestamp"]).timestamp(), s) for s in stats(read(guest, "waker.log"))]
+    before = [s for at, s in lines if at <= t0]
+    after = [s for at, s in lines if at >= t1]
+    assert before and after, f"no stats line around the pair's run ({t0}-{t1}): {[at for at, _ in lines]}"
+    other = after[0]["nr_preempt_other"] - before[-1]["nr_preempt_other"]
+    preempts = after[0]["nr_wake_preempts"] - before[-1]["nr_wake_preempts"]
+    print(f"wake-up preemptions during the pair: {preempts}, {other} of the other CPU")
+    assert 0 < other <= preempts, (other, preempts)
+    slice_us = DEFAULT_MIN_SLICE_NS / NSEC_PER_USEC
+    for t in (0, 1):
+        assert pair.get(f"cyclictest.T{t}.p90_us", slice_us) < slice_us / 2, pair
 
 
 def test_hogs_stacked_on_one_cpu_spread_once_the_other_frees(guest: Path) -> None:
