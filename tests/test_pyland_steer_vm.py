@@ -195,10 +195,6 @@ def test_a_periodic_waker_beside_hogs_preempts_within_a_slice(guest: Path) -> No
     assert read(guest, "waker.rc").strip() == "0"
 
 
-def _stamp(guest: Path, name: str) -> float:
-    return float(read(guest, name))
-
-
 def test_two_wakers_started_on_one_cpu_preempt_the_other_cpus_hog(guest: Path) -> None:
     """Both wakers begin on CPU 0 beside the hogs. The first time one wakes while the other runs
     there, its own CPU has nothing to preempt: the wake-up preempts the other CPU's hog instead,
@@ -206,7 +202,7 @@ def test_two_wakers_started_on_one_cpu_preempt_the_other_cpus_hog(guest: Path) -
     the pair also spreads by itself now and then.)"""
     pair = {m.name: m.value for m in cyclictest(read(guest, "pair-pyland.txt"))}
     print(f"\ntwo wakers started on CPU 0 beside 2 hogs (us): {pair}")
-    t0, t1 = _stamp(guest, "pair.t0"), _stamp(guest, "pair.t1")
+    t0, t1 = float(read(guest, "pair.t0")), float(read(guest, "pair.t1"))
     lines = [(datetime.fromisoformat(s["timestamp"]).timestamp(), s) for s in stats(read(guest, "waker.log"))]
     before = [s for at, s in lines if at <= t0]
     after = [s for at, s in lines if at >= t1]
