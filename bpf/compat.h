@@ -301,12 +301,6 @@ static __always_inline bool pyl_dsq_move(struct bpf_iter_scx_dsq *it, struct tas
 	return scx_bpf_dispatch_from_dsq___v0(it, p, dsq_id, enq_flags);
 }
 
-/* walk a DSQ from its tail (latest deadline first) where the kernel can, else from its head */
-static __always_inline u64 pyl_dsq_iter_rev(void)
-{
-	return bpf_core_enum_value_exists(enum scx_dsq_iter_flags, SCX_DSQ_ITER_REV) ? SCX_DSQ_ITER_REV : 0;
-}
-
 /*
  * Moving a task between DSQs with a new ordering key (6.12: the *_from_dsq names). pyland moves
  * only from ops.dispatch, which every version allows.

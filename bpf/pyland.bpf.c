@@ -53,7 +53,7 @@ char _license[] SEC("license") = "GPL";
 #define USERSCHED_SLICE_NS	(20ULL * 1000 * 1000)	/* bounded: a runaway policy cannot own a CPU */
 #define NR_QUEUED_RECORDS	4096	/* decisions the user ring holds */
 #define RESCUE_PERIOD_NS	(20ULL * 1000 * 1000)
-#define RESCUE_SCAN_MAX		32
+#define RESCUE_SCAN_MAX		4096	/* tasks of one DSQ the starvation rescue looks at */
 /* pending work without a record consumed for this many policy budgets stops pyland (heartbeat) */
 #define PROGRESS_BUDGETS	10
 
@@ -740,42 +740,88 @@ static long drain_one(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
 /*
  * Starvation rescue. The DSQs are ordered by the policy's deadlines, and a policy may keep giving
  * newcomers earlier deadlines than a waiting task (a flood of boosted, preempting wake-ups against
- * a CPU hog). Every RESCUE_PERIOD_NS one dispatch scans up to RESCUE_SCAN_MAX tasks from the tail
- * of a DSQ and runs the first that has waited starve_ns, so the policy's ordering cannot turn into
- * a watchdog ejection. A rescued task goes to the head of the local DSQ: at its tail, a stream of
- * granted wake-ups inserted at the head would keep it waiting still.
+ * a CPU hog). Every RESCUE_PERIOD_NS one dispatch looks at a DSQ and runs the task that has waited
+ * longest, if that is starve_ns, so the policy's ordering cannot turn into a watchdog ejection. A
+ * rescued task goes to the head of the local DSQ: at its tail, a stream of granted wake-ups
+ * inserted at the head would keep it waiting still.
+ *
+ * The whole DSQ, and the longest wait first: a starving task has an unknown number of tasks ahead
+ * of it (those that passed it) and behind it (later arrivals, some rescued before and young
+ * again), so neither end of the DSQ is where it waits, and the first starving task a scan meets
+ * may be the one that started waiting last. RESCUE_SCAN_MAX bounds the cost: a DSQ longer than
+ * that is watched in its first RESCUE_SCAN_MAX tasks only.
  *
  * One task per period is a trickle against an overload, which can leave starving tasks faster
  * than that. So while a scan finds starving tasks (shared.starving), every dispatch scans, and no
  * wake-up is granted a place ahead of them (direct_wake_allowed), until a scan finds none.
  */
-static int rescue_starved(u64 dsq_id, u64 now, s32 this_cpu)
+static __always_inline bool may_rescue_here(struct task_struct *p, s32 this_cpu)
+{
+	/*
+	 * Only to a CPU the task may use: moving it to a local DSQ it is not allowed on (or while
+	 * it is migration-disabled) is a scheduler error the kernel ejects us for.
+	 */
+	return bpf_cpumask_test_cpu(this_cpu, p->cpus_ptr) && !migration_disabled(p);
+}
+
+/* the pid of the task of `dsq_id` that has waited longest, at least starve_ns; 0 if none has */
+static s32 longest_waiting(u64 dsq_id, u64 now, s32 this_cpu)
 {
 	struct bpf_iter_scx_dsq it;
 	struct task_struct *p;
-	int i, rescued = 0;
+	u64 longest = cfg.starve_ns;
+	s32 pid = 0;
+	int i;
 
-	pyl_iter_dsq_new(&it, dsq_id, pyl_dsq_iter_rev());
+	pyl_iter_dsq_new(&it, dsq_id, 0);
 	/* bpf_for bounds the scan for the verifier's sake: see bw_release_held */
 	bpf_for(i, 0, RESCUE_SCAN_MAX) {
 		struct task_ctx *tctx;
+		u64 waited;
 
 		p = bpf_iter_scx_dsq_next(&it);
 		if (!p)
 			break;
 		tctx = lookup_task_ctx(p);
-		/*
-		 * Only to a CPU the task may use: moving it to a local DSQ it is not allowed on (or while
-		 * it is migration-disabled) is a scheduler error the kernel ejects us for.
-		 */
-		if (tctx && pyl_elapsed(now, tctx->dsq_at) >= cfg.starve_ns &&
-		    bpf_cpumask_test_cpu(this_cpu, p->cpus_ptr) &&
-		    !migration_disabled(p) &&
-		    pyl_dsq_move(&it, p, SCX_DSQ_LOCAL, SCX_ENQ_HEAD)) {
+		if (!tctx)
+			continue;
+		waited = pyl_elapsed(now, tctx->dsq_at);
+		if (waited >= longest && may_rescue_here(p, this_cpu)) {
+			longest = waited;
+			pid = p->pid;
+		}
+	}
+	bpf_iter_scx_dsq_destroy(&it);
+	return pid;
+}
+
+/*
+ * The task a first scan chose, moved by a second: a DSQ move takes the task its iterator has just
+ * returned. Between the two scans the task may have been taken by another CPU or dequeued: then
+ * the second scan does not find it (or the move fails), and nothing is rescued this time.
+ */
+static int rescue_starved(u64 dsq_id, u64 now, s32 this_cpu)
+{
+	struct bpf_iter_scx_dsq it;
+	struct task_struct *p;
+	s32 pid = longest_waiting(dsq_id, now, this_cpu);
+	int i, rescued = 0;
+
+	if (!pid)
+		return 0;
+	pyl_iter_dsq_new(&it, dsq_id, 0);
+	bpf_for(i, 0, RESCUE_SCAN_MAX) {
+		p = bpf_iter_scx_dsq_next(&it);
+		if (!p)
+			break;
+		if (p->pid != pid)
+			continue;
+		/* checked again: the task's affinity may have changed since the first scan */
+		if (may_rescue_here(p, this_cpu) && pyl_dsq_move(&it, p, SCX_DSQ_LOCAL, SCX_ENQ_HEAD)) {
 			__sync_fetch_and_add(&shared.nr_rescued, 1);
 			rescued = 1;	/* one per dispatch: it runs next on this CPU */
-			break;
 		}
+		break;
 	}
 	bpf_iter_scx_dsq_destroy(&it);
 	return rescued;

@@ -7,8 +7,9 @@ Every test asserts the counter or the message that proves its path ran:
   first signal: the second one exits at once (130);
 - the BPF core on its own: a stopped scheduler process (SIGSTOP) is stopped by the BPF heartbeat
   (exit 8, "no progress");
-- stale decisions, the starvation rescue, and decisions with an impossible CPU and an oversized
-  slice (nr_stale, nr_rescued, nr_malformed, nr_clamped, nr_bounced);
+- stale decisions, the starvation rescue (a victim deep in its DSQ, a mob behind it), and decisions
+  with an impossible CPU and an oversized slice (nr_stale, nr_rescued, nr_malformed, nr_clamped,
+  nr_bounced);
 - CPU hotplug: cpu1 offline then online under stress: enabled again within 5 s of each
   unregistration, the same process and the same loaded object (nothing loaded again), two restarts;
 - an object configured without the scheduler's TGID refuses to run (ops.init fails);
@@ -99,14 +100,18 @@ while time.monotonic() < end:
         print(f"{time.clock_gettime(time.CLOCK_REALTIME):.6f} {s}", flush=True); last = s
     time.sleep(0.005)
 PY
+# Usage: python3 /tmp/spin.py SECONDS [COMM]: spins; prints its loops and its longest time off-CPU
 cat >/tmp/spin.py <<'PY'
 import sys, time
 if len(sys.argv) > 2:
     open("/proc/self/comm", "w").write(sys.argv[2])
-end, n = time.monotonic() + float(sys.argv[1]), 0
-while time.monotonic() < end:
+last = time.monotonic()
+end, n, longest = last + float(sys.argv[1]), 0, 0.0
+while (now := time.monotonic()) < end:
+    longest = max(longest, now - last)
+    last = now
     n += 1
-print(n)
+print(n, f"{longest:.3f}")
 PY
 
 # 1. stuck policy, full mode, stress-ng mix, watchdog at 100 ms
@@ -180,17 +185,23 @@ flipper $victim 3 >"$R/stale.flips"
 finish stale
 kill $victim 2>/dev/null; wait $victim 2>/dev/null
 
-# 6. starvation rescue, impossible CPUs and oversized slices: one task always put last on CPU 0
+# 6. starvation rescue, impossible CPUs and oversized slices: one task always put last on CPU 0,
+# and behind it a mob of 48 that only the rescue runs: each one rescued comes back to the tail,
+# so the victim waits deep in the DSQ with young tasks behind it.
+export MOB_COMM=stress-ng-cpu
 start unruly unruly --partial
 touch $ARM_FILE
 pids=""
 for cpus in 0 0 0,1; do
-    ext taskset -c $cpus python3 /tmp/spin.py 6 >/dev/null &
+    ext taskset -c $cpus python3 /tmp/spin.py 10 >/dev/null &
     pids="$pids $!"
 done
-ext taskset -c 0 python3 /tmp/spin.py 6 starveme >"$R/unruly.victim" &
+ext taskset -c 0 stress-ng --cpu 48 --timeout 10s >/dev/null 2>&1 &
+pids="$pids $!"
+ext taskset -c 0 python3 /tmp/spin.py 10 starveme >"$R/unruly.victim" &
 wait $pids $!
 finish unruly
+unset MOB_COMM
 
 # 7. CPU hotplug: cpu1 offline, then online, under stress
 scxctl --log-format json run --stats-interval 1 >"$R/hotplug.log" 2>&1 &
@@ -439,7 +450,11 @@ def test_starved_task_rescued_and_wrong_decisions_contained(guest: Path) -> None
     assert read(guest, "unruly.rc").strip() == "0", log[-2000:]
     stats = final_stats(log)
     assert stats["nr_rescued"] > 0
-    assert int(read(guest, "unruly.victim")) > 0
+    loops, longest_off_cpu = read(guest, "unruly.victim").split()
+    assert int(loops) > 0
+    # Found deep in the DSQ before the kernel's watchdog (5 s) would eject pyland; about starve_ms
+    # (1 s) plus a round of the other starving tasks' slices. The tail scan left it 3.6 s and more.
+    assert float(longest_off_cpu) < 5.0, longest_off_cpu
     assert stats["nr_malformed"] > 0 and stats["nr_clamped"] > 0 and stats["nr_bounced"] > 0
 
 

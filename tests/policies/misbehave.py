@@ -10,9 +10,10 @@ mode) and in observe() (steer mode) alike:
 - slow:     it sleeps SLOW_S per task;
 - slow-grant: as slow, and every decision grants direct wake-ups: BPF places the task's next
             wake-ups at once, so a slow decision comes back after its task has woken again;
-- unruly:   decide(): tasks named STARVE_COMM get a deadline behind every other task's, forever;
-            every other decision asks for CPU 9999 and a 10 s slice. observe(): every task gets
-            its own parameters out of range (weight 50000, a 1000 s slice, CPU 9999).
+- unruly:   decide(): tasks named STARVE_COMM get a deadline behind every other task's, forever,
+            and tasks named MOB_COMM one behind theirs; every other decision asks for CPU 9999
+            and a 10 s slice. observe(): every task gets its own parameters out of range
+            (weight 50000, a 1000 s slice, CPU 9999).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Misbehave(DeadlinePolicy):
         self.next_look = 0.0
         self.slow_s = float(os.environ.get("SLOW_S", "0.002"))
         self.starve = os.environ.get("STARVE_COMM", "starveme").encode().ljust(16, b"\0")
+        self.mob = os.environ.get("MOB_COMM", "").encode().ljust(16, b"\0")
         # Created here, not when the policy gets stuck: creating a file on the results disk can
         # block past the budget under TCG, and the watchdog would fire before the time is written.
         self.stuck_fd = -1
@@ -75,8 +77,8 @@ class Misbehave(DeadlinePolicy):
         if self.mode == "slow-grant":
             decision.direct_wake = True
         elif self.mode == "unruly":
-            if task.comm == self.starve:
-                decision.deadline = FAR
+            if task.comm in (self.starve, self.mob):
+                decision.deadline = FAR if task.comm == self.starve else FAR + (1 << 40)
                 decision.vtime = task.vtime
             else:
                 decision.cpu = 9999
