@@ -192,20 +192,20 @@ static __always_inline bool policy_stalled(u64 now, u64 budget)
  * a few units apart, and a fixed lead in nanoseconds would put new tasks behind millions of its
  * future decisions.
  *
- * Any other task keeps its last deadline, but not one older than vtime_now: under overload BPF places
- * the same tasks again and again without the policy seeing them, and an old deadline that never
- * advances would let them pass every task the policy placed since, until one of those starved.
+ * Any other task keeps its last deadline while that is still ahead of vtime_now, and one at or
+ * behind it (it has run since) goes where a new one does. Under overload BPF places the same tasks
+ * again and again without the policy seeing them; put back at vtime_now they would stay at the
+ * front, since vtime_now moves only as far as the deadlines that run, and every task the policy
+ * placed later would wait behind them until the starvation rescue took it.
  */
 static __always_inline u64 fallback_deadline(struct task_ctx *tctx)
 {
 	u64 floor = shared.vtime_now;
 
-	if (!tctx->deadline) {
-		tctx->deadline = floor + shared.deadline_lead;
+	if (!tctx->deadline)
 		__sync_fetch_and_add(&shared.nr_fair_new, 1);
-	} else if ((s64)(tctx->deadline - floor) < 0) {
-		tctx->deadline = floor;
-	}
+	if (!tctx->deadline || (s64)(tctx->deadline - floor) <= 0)
+		tctx->deadline = floor + shared.deadline_lead;
 	return tctx->deadline;
 }
 
@@ -347,8 +347,11 @@ static __always_inline bool place_granted(struct task_struct *p, struct task_ctx
 		 * out, quietly, so the policy charges the run.
 		 */
 		tctx->direct_gen = tctx->enq_cnt;
-		place_in_order(p, tctx, p->nr_cpus_allowed == 1 ? cpu_dsq(cpu) : shared_dsq(), pyl_now(),
-			       enq_flags);
+		if ((s64)(tctx->deadline - shared.vtime_now) < 0)
+			tctx->deadline = shared.vtime_now;	/* not ahead of what runs now */
+		tctx->dsq_at = pyl_now();
+		insert_ordered(p, p->nr_cpus_allowed == 1 ? cpu_dsq(cpu) : shared_dsq(), cfg.slice_ns,
+			       tctx->deadline, enq_flags);
 		__sync_fetch_and_add(&shared.nr_yield_requeues, 1);
 		return true;
 	}
