@@ -194,6 +194,18 @@ def test_panic_excerpt_starts_at_the_kernel_report() -> None:
     assert runner.panic_excerpt("\n".join(plain)).splitlines() == plain[-runner.PANIC_EXCERPT_LINES:]
 
 
+def test_a_failed_runs_message_says_what_it_ran_into() -> None:
+    console = "[ 1.0] booting\n[ 2.0] Kernel panic - not syncing: boom"
+    timeout = runner._explained("command timed out", HarnessCode.TIMEOUT, "command", 90, console, "", "")
+    assert timeout == "command timed out after 90 s"
+    boot = runner._explained("no command", HarnessCode.NO_COMMAND, "boot", 300, console, "", "vCPU 0 at x")
+    assert boot == "no command after 300 s\nvCPU 0 at x"
+    panic = runner._explained("guest kernel panic: boom", HarnessCode.PANIC, None, 90, console, "", "")
+    assert panic.endswith("Kernel panic - not syncing: boom") and "after" not in panic
+    # a guest that stopped by itself ran into no limit
+    assert runner._explained("stopped", HarnessCode.NO_COMMAND, None, 300, console, "", "") == "stopped"
+
+
 def _fake_runs(monkeypatch: pytest.MonkeyPatch, codes: list[int], report: str = "x") -> list[bool]:
     """runner.run returns `codes` in turn, panics with `report`; the returned list records each
     boot's tcg_single."""

@@ -373,18 +373,9 @@ def _boot(
         watch.exit_code = rundisk.read_exitcode(m.run_image)  # the marker got lost, the disk may have it
     code, message = classify(watch, timed_out)
     if message is not None:
-        detail = (work / stderr_name).read_text(errors="replace").strip()
-        if code == HarnessCode.TIMEOUT:
-            message += f" after {spec.timeout:g} s"
-        elif code == HarnessCode.NO_COMMAND and timed_out == "boot":
-            message += f" after {boot_timeout:g} s"
-        if code == HarnessCode.PANIC:
-            message += "\n" + panic_excerpt(console)  # the test's failure message shows it
-        elif code != HarnessCode.TIMEOUT:
-            tail = "\n".join(console.strip().splitlines()[-15:])
-            log.error("guest console (last lines)", console=tail, qemu_stderr=detail[-500:])
-        if hang_text:
-            message += "\n" + hang_text
+        limit = spec.timeout if timed_out == "command" else boot_timeout
+        qemu_stderr = (work / stderr_name).read_text(errors="replace").strip()
+        message = _explained(message, code, timed_out, limit, console, qemu_stderr, hang_text)
     boot_s = (watch.started_at - started) if watch.started_at is not None else None
     log.info(
         "guest finished", code=int(code), boot_s=_r(boot_s), command_s=_r(finished_at, watch.started_at),
@@ -392,6 +383,24 @@ def _boot(
     )  # fmt: skip
     return Outcome(int(code), bytes(output), message, m.accel, boot_s, time.monotonic() - t0, console,
                    work if spec.keep else None, qemu_s=time.monotonic() - started)
+
+
+def _explained(
+    message: str, code: int, timed_out: str | None, limit: float, console: str, qemu_stderr: str,
+    hang_text: str,
+) -> str:  # fmt: skip
+    """A failed run's message with what tells why: the limit it ran into, a panic's excerpt (the
+    test's failure message shows it) or the console's last lines (logged), where a hang was."""
+    if code == HarnessCode.TIMEOUT or (code == HarnessCode.NO_COMMAND and timed_out == "boot"):
+        message += f" after {limit:g} s"
+    if code == HarnessCode.PANIC:
+        message += "\n" + panic_excerpt(console)
+    elif code != HarnessCode.TIMEOUT:
+        tail = "\n".join(console.strip().splitlines()[-15:])
+        log.error("guest console (last lines)", console=tail, qemu_stderr=qemu_stderr[-500:])
+    if hang_text:
+        message += "\n" + hang_text
+    return message
 
 
 def _socket(path: Path) -> Path | None:
