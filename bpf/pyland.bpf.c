@@ -209,12 +209,11 @@ static __always_inline u64 fallback_deadline(struct task_ctx *tctx)
 	return tctx->deadline;
 }
 
-/* BPF places a task itself, in the deadline order (above) and stamped for the starvation rescue */
+/* BPF places a task itself, at the deadline above */
 static __always_inline void place_in_order(struct task_struct *p, struct task_ctx *tctx, u64 dsq_id,
 					   u64 now, u64 enq_flags)
 {
-	tctx->dsq_at = now;
-	insert_ordered(p, dsq_id, cfg.slice_ns, fallback_deadline(tctx), enq_flags);
+	insert_ordered(p, tctx, dsq_id, cfg.slice_ns, fallback_deadline(tctx), now, enq_flags);
 }
 
 /*
@@ -349,9 +348,8 @@ static __always_inline bool place_granted(struct task_struct *p, struct task_ctx
 		tctx->direct_gen = tctx->enq_cnt;
 		if ((s64)(tctx->deadline - shared.vtime_now) < 0)
 			tctx->deadline = shared.vtime_now;	/* not ahead of what runs now */
-		tctx->dsq_at = pyl_now();
-		insert_ordered(p, p->nr_cpus_allowed == 1 ? cpu_dsq(cpu) : shared_dsq(), cfg.slice_ns,
-			       tctx->deadline, enq_flags);
+		insert_ordered(p, tctx, p->nr_cpus_allowed == 1 ? cpu_dsq(cpu) : shared_dsq(), cfg.slice_ns,
+			       tctx->deadline, pyl_now(), enq_flags);
 		__sync_fetch_and_add(&shared.nr_yield_requeues, 1);
 		return true;
 	}
@@ -707,8 +705,7 @@ static void apply_decision(const struct pyland_decision *d, struct drain_ctx *dc
 	 * If the task was dequeued after the generation check, the kernel's own queue-sequence check
 	 * drops this insert when the dispatch buffer is flushed: no double run.
 	 */
-	tctx->dsq_at = pyl_now();
-	insert_ordered(p, dsq, tctx->slice, d->deadline, enq_flags);
+	insert_ordered(p, tctx, dsq, tctx->slice, d->deadline, pyl_now(), enq_flags);
 	(*dctx->inserted)++;
 	__sync_fetch_and_add(&shared.nr_dispatched, 1);
 	kick_decided(d, target);

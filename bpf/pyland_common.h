@@ -144,10 +144,14 @@ static __always_inline u64 shared_dsq(void)
 	return pyl_custom_dsqs() ? SHARED_DSQ : SCX_DSQ_GLOBAL;
 }
 
-/* insert with the policy's deadline as ordering key; FIFO into built-in DSQs, which refuse vtime */
-static __always_inline void insert_ordered(struct task_struct *p, u64 dsq_id, u64 slice, u64 deadline,
-					   u64 enq_flags)
+/*
+ * Insert with the deadline as ordering key (FIFO into built-in DSQs, which refuse vtime), stamped
+ * with the time of insertion, from which the starvation rescue tells how long the task has waited.
+ */
+static __always_inline void insert_ordered(struct task_struct *p, struct task_ctx *tctx, u64 dsq_id, u64 slice,
+					   u64 deadline, u64 now, u64 enq_flags)
 {
+	tctx->dsq_at = now;
 	if (pyl_custom_dsqs())
 		pyl_dsq_insert_vtime(p, dsq_id, slice, deadline, enq_flags);
 	else

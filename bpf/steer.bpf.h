@@ -254,11 +254,11 @@ static void steer_place(struct task_struct *p, struct task_ctx *tctx, const stru
 	s32 target = -1;
 
 	__sync_fetch_and_add(&shared.nr_steered, 1);
-	tctx->dsq_at = now;
 	if (enq_flags & SCX_ENQ_WAKEUP)
 		target = wake_target(p, tctx, pp, cpu, pinned, now);
 	if (target < 0) {
-		insert_ordered(p, pinned ? cpu_dsq(cpu) : shared_dsq(), slice, tctx->deadline, enq_flags);
+		insert_ordered(p, tctx, pinned ? cpu_dsq(cpu) : shared_dsq(), slice, tctx->deadline, now,
+			       enq_flags);
 		kick_for(p, cpu, pinned);
 		return;
 	}
