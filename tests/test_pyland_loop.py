@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
@@ -307,6 +309,30 @@ def test_run_sleeps_on_epoll_and_wakes_for_records(harness: Harness) -> None:
     assert loop.stats.waits >= 2
     harness.drain()
     assert harness.results()["drained"] == 30
+
+
+def test_a_record_that_wakes_the_loop_is_decided_before_the_service(harness: Harness) -> None:
+    """Records fed while the loop sleeps on epoll: the service (stats files, log lines: milliseconds
+    in an emulated guest) must not run between the wake-up and their decisions."""
+    loop = harness.loop(fifo())
+    seen: list[tuple[bool, int]] = []  # at each service: had the records come, how many were read
+    fed = threading.Event()
+
+    def feed_later() -> None:
+        time.sleep(0.05)  # the loop is asleep in epoll by then (its service is 0.3 s away)
+        harness.feed(5)
+        fed.set()
+
+    feeder = threading.Thread(target=feed_later)
+    feeder.start()
+    try:
+        loop.run(lambda: len(seen) >= 2, lambda: seen.append((fed.is_set(), loop.stats.consumed)),
+                 wait_s=0.3)
+    finally:
+        feeder.join()
+    assert fed.is_set() and loop.stats.consumed == 5
+    assert all(consumed == 5 for came, consumed in seen if came), seen
+    assert loop.stats.waits >= 2  # it slept before the records came, and after deciding them
 
 
 @pytest.mark.parametrize("harness", ["dispatched_big"], indirect=True)
