@@ -311,9 +311,8 @@ class SchedulerLoop:
         """Loop until should_stop(); sleep on epoll (the queued ring fd) when there is nothing to do.
 
         `service` (stats, exit and attach checks) runs every `wait_s`, busy or idle, and never
-        ahead of records already waiting: a wake-up is decided first. Run on every wake-up, as it
-        once was, it put its few milliseconds a second of writing stats (in an emulated guest)
-        in front of the very record that woke the loop, the tail of every round trip.
+        ahead of records already waiting: writing stats takes milliseconds on a slow machine, and
+        the record that woke the loop must not wait for it.
         """
         ep = select.epoll()
         try:
