@@ -319,7 +319,8 @@ def test_a_record_that_wakes_the_loop_is_decided_before_the_service(harness: Har
     fed = threading.Event()
 
     def feed_later() -> None:
-        time.sleep(0.05)  # the loop is asleep in epoll by then (its service is 0.3 s away)
+        while loop.stats.waits == 0:  # counted just before the loop sleeps in epoll
+            time.sleep(0.001)
         harness.feed(5)
         fed.set()
 
