@@ -78,6 +78,7 @@ struct cpu_ctx {
 	u64 preempted_at;	/* when a wake-up last preempted this CPU */
 	s32 running_pid;
 	u32 running_class;
+	u32 running_weight;	/* its weight when it began to run (nice 0: 100) */
 	bool running_own;	/* the running task has params of its own: running_preemptible applies */
 	bool running_preemptible;
 };

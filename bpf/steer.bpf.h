@@ -104,12 +104,13 @@ static __always_inline void steer_charge(struct task_struct *p, struct task_ctx 
 
 /* what wake_preempts needs to know of the task running on a CPU: its class, or its own params */
 static __always_inline void note_running(struct cpu_ctx *cctx, s32 pid, u32 class_id, bool own,
-					 const struct pyland_params *own_params)
+					 const struct pyland_params *own_params, u64 weight)
 {
 	cctx->running_pid = pid;
 	cctx->running_class = class_id;
 	cctx->running_own = own;
 	cctx->running_preemptible = own && (own_params->flags & PYLAND_PARAM_PREEMPTIBLE);
+	cctx->running_weight = weight;
 }
 
 /*
@@ -132,7 +133,8 @@ static __always_inline bool running_preemptible(const struct cpu_ctx *cctx)
 static __always_inline void steer_running(struct task_struct *p, struct task_ctx *tctx, struct cpu_ctx *cctx)
 {
 	if (cctx)
-		note_running(cctx, p->pid, tctx->class_id, tctx->own_params, &tctx->params);
+		note_running(cctx, p->pid, tctx->class_id, tctx->own_params, &tctx->params,
+			     params_weight(task_params(tctx), p));
 }
 
 /* the preferred CPU, claimed, if it is idle and the task may run there; -1 otherwise */
@@ -173,24 +175,30 @@ static __always_inline s32 steer_select_cpu(struct task_struct *p, struct task_c
 }
 
 /*
- * Does the waking task preempt the task running on `cpu`? Only a task the policy made preemptible
- * (a CPU hog), with a later deadline (the scheduler, kernel threads and idle CPUs have none:
- * running_deadline 0), and only for a waking task that is not preemptible itself. A preemption
- * then always hands a hog's CPU to a task that is never preempted in turn: no chain of wakers
- * preempting each other (a preemption storm), and no more preemptions than the hog gets its CPU
- * back; and at most one per preempt_gap_ns on a CPU.
+ * Does the waking task preempt the task running on `cpu`? Only one with a later deadline (the
+ * scheduler, kernel threads and idle CPUs have none: running_deadline 0), and only when either
+ * - the running task is one the policy made preemptible (a CPU hog) and the waking one is not:
+ *   a preemption then always hands a hog's CPU to a task that is never preempted in turn, so no
+ *   chain of wakers preempts each other (a preemption storm), and no more preemptions happen than
+ *   the hog gets its CPU back; or
+ * - the running task is lighter (a smaller weight, a higher nice): whatever their classes, a
+ *   niced background job must not hold a CPU for a slice against a wake-up of normal weight.
+ *   Each such preemption hands the CPU to a strictly heavier task, so these cannot chain back.
+ * And at most one per preempt_gap_ns on a CPU.
  */
 static __always_inline bool wake_preempts(struct task_struct *p, struct task_ctx *tctx,
 					  const struct pyland_params *pp, s32 cpu, u64 now)
 {
 	struct cpu_ctx *cctx;
+	bool lighter;
 
-	if (!cfg.preempt_gap_ns || (pp && (pp->flags & PYLAND_PARAM_PREEMPTIBLE)) || cpu < 0 ||
-	    cpu >= MAX_CPUS || !bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+	if (!cfg.preempt_gap_ns || cpu < 0 || cpu >= MAX_CPUS || !bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
 		return false;
 	cctx = lookup_cpu_ctx(cpu);
-	if (!cctx || !cctx->running_deadline || (s64)(tctx->deadline - cctx->running_deadline) >= 0 ||
-	    !running_preemptible(cctx))
+	if (!cctx || !cctx->running_deadline || (s64)(tctx->deadline - cctx->running_deadline) >= 0)
+		return false;
+	lighter = cctx->running_weight < params_weight(pp, p);
+	if (!lighter && ((pp && (pp->flags & PYLAND_PARAM_PREEMPTIBLE)) || !running_preemptible(cctx)))
 		return false;
 	if (pyl_elapsed(now, cctx->preempted_at) < cfg.preempt_gap_ns) {
 		__sync_fetch_and_add(&shared.nr_preempt_gated, 1);
@@ -198,6 +206,8 @@ static __always_inline bool wake_preempts(struct task_struct *p, struct task_ctx
 	}
 	cctx->preempted_at = now;
 	__sync_fetch_and_add(&shared.nr_wake_preempts, 1);
+	if (lighter)
+		__sync_fetch_and_add(&shared.nr_weight_preempts, 1);
 	return true;
 }
 
@@ -398,7 +408,8 @@ static void apply_update(const struct pyland_update *u)
 		if (u->own)
 			tctx->params = params;
 		if (cctx && cctx->running_pid == p->pid)	/* it runs now: its CPU follows */
-			note_running(cctx, p->pid, class_id, u->own, &params);
+			note_running(cctx, p->pid, class_id, u->own, &params,
+				     params_weight(task_params(tctx), p));
 		__sync_fetch_and_add(&shared.nr_updates, 1);
 	}
 	bpf_task_release(p);

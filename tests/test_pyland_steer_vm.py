@@ -8,6 +8,8 @@
 - a parameter reaches BPF and changes placement: a policy gives two sleepers preferred CPUs, each
   the CPU it was NOT running on, and they move there (nr_pref_cpu);
 - out-of-range parameters are clamped by BPF and counted, with one warning line;
+- a lighter running task (nice 19) is preempted by a wake-up of normal weight whatever the
+  classes say (nr_weight_preempts), and tasks of equal weight never preempt each other that way;
 - a policy stuck in observe() is detached by the watchdog like one stuck in decide().
 
 The default scheduler runs the same waker load first in the same boot, for the figures printed.
@@ -103,6 +105,22 @@ a=$!
 python3 /tmp/sleeper.py scxpref0 1 4 >"$R/pref0-default.txt" 2>&1
 wait $a
 
+# 6. weight: every class preemptible, so a waker may preempt only a lighter task. The same waker
+#    beside nice 19 hogs, then beside nice 0 ones; each run between two stats lines.
+$RUN --policy /tmp/test-policies/all_preemptible.py >"$R/weight.log" 2>&1 &
+pid=$!
+wait_state enabled 120; echo $? >"$R/weight.attach.rc"
+for n in 19 0; do
+  nice -n $n stress-ng --cpu 2 --timeout 60 >/dev/null 2>&1 &
+  h=$!; sleep 2
+  date +%s.%N >"$R/weight$n.t0"
+  {WAKER} >"$R/weight$n.txt" 2>&1
+  date +%s.%N >"$R/weight$n.t1"; sleep 1.2
+  kill $h; wait $h
+done
+kill -TERM $pid; wait $pid; echo $? >"$R/weight.rc"
+wait_state disabled 30
+
 # 5. stuck in observe(): the watchdog detaches within its budget
 export ARM_FILE=/tmp/arm
 rm -f $ARM_FILE
@@ -147,6 +165,18 @@ class Prefer(DeadlinePolicy):
         return True
 """
 
+ALL_PREEMPTIBLE = """
+from scxctl.pyland.policies.deadline import BATCH, INTERACTIVE, DeadlinePolicy
+from scxctl.pyland.policy import Params
+
+
+class AllPreemptible(DeadlinePolicy):
+    name = "all-preemptible"
+
+    def class_params(self):
+        return {INTERACTIVE: Params(preemptible=True), BATCH: Params(preemptible=True)}
+"""
+
 
 @pytest.fixture(scope="module")
 def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -156,6 +186,7 @@ def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     policies = tmp / "policies"
     policies.mkdir()
     (policies / "prefer.py").write_text(PREFER)
+    (policies / "all_preemptible.py").write_text(ALL_PREEMPTIBLE)
     (policies / "misbehave.py").write_text((POLICIES / "misbehave.py").read_text())
     res = vm.run("bash /tmp/steer_scenario.sh", timeout=1200, cpus=2, mem="2G",
                  copy=[(str(script), "/tmp/steer_scenario.sh"), (str(policies), "/tmp/test-policies")],
@@ -214,6 +245,38 @@ def test_two_wakers_started_on_one_cpu_preempt_the_other_cpus_hog(guest: Path) -
     slice_us = DEFAULT_MIN_SLICE_NS / NSEC_PER_USEC
     for t in (0, 1):
         assert pair.get(f"cyclictest.T{t}.p90_us", slice_us) < slice_us / 2, pair
+
+
+def _during(guest: Path, log: str, run: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The stats lines just before and just after the run whose times are in `run`.t0 and .t1."""
+    t0, t1 = float(read(guest, f"{run}.t0")), float(read(guest, f"{run}.t1"))
+    lines = [(datetime.fromisoformat(s["timestamp"]).timestamp(), s) for s in stats(read(guest, log))]
+    before = [s for at, s in lines if at <= t0]
+    after = [s for at, s in lines if at >= t1]
+    assert before and after, f"no stats line around {run} ({t0}-{t1}): {[at for at, _ in lines]}"
+    return before[-1], after[0]
+
+
+def test_a_lighter_task_is_preempted_whatever_its_class(guest: Path) -> None:
+    """A policy that makes every class preemptible leaves a waker nothing to preempt by class:
+    beside nice 0 hogs it waits out their slices. Beside nice 19 hogs (weight 1 against its 100)
+    it preempts them at once, and the counter of that path moves; beside the nice 0 ones it does
+    not (equal weights never preempt each other, so no storm)."""
+    assert read(guest, "weight.attach.rc").strip() == "0", read(guest, "weight.log")[-2000:]
+    light, even = latencies(read(guest, "weight19.txt")), latencies(read(guest, "weight0.txt"))
+    print(f"\ncyclictest, every class preemptible (us): beside nice 19 hogs {light}, nice 0 hogs {even}")
+    counts = {}
+    for n in (19, 0):
+        a, b = _during(guest, "weight.log", f"weight{n}")
+        counts[n] = (b["nr_weight_preempts"] - a["nr_weight_preempts"], b["nr_direct"] - a["nr_direct"])
+    print(f"weight preemptions, idle CPUs found (nice 19, nice 0 hogs): {counts}")
+    assert counts[19][0] > 1000, counts  # 6 s of a 1 kHz waker, lighter hogs on both CPUs
+    assert counts[19][1] < 600 and counts[0][1] < 600, counts  # the hogs held the CPUs
+    assert counts[0][0] < 100, counts  # a kernel thread of higher weight may; the waker must not
+    slice_us = DEFAULT_MIN_SLICE_NS / NSEC_PER_USEC
+    assert light.get("p90_us", slice_us) < slice_us / 2, read(guest, "weight19.txt")[-1500:]
+    assert even.get("p90_us", 0) > slice_us / 2, read(guest, "weight0.txt")[-1500:]
+    assert read(guest, "weight.rc").strip() == "0"
 
 
 def test_hogs_stacked_on_one_cpu_spread_once_the_other_frees(guest: Path) -> None:

@@ -132,7 +132,8 @@ def _summary(loop: dict[str, int], bpf: dict[str, int], restarts: int) -> str:
     return (
         f"pyland: {bpf['nr_steered']} placed by BPF on the policy's parameters, {loop['observed']} "
         f"reports observed, {bpf['nr_updates']} parameter updates, {bpf['nr_wake_preempts']} wake-up "
-        f"preemptions ({bpf['nr_preempt_other']} of another CPU); {loop['consumed']} tasks queued to "
+        f"preemptions ({bpf['nr_preempt_other']} of another CPU, {bpf['nr_weight_preempts']} of a lighter "
+        f"task); {loop['consumed']} tasks queued to "
         f"Python, {loop['written']} decisions, "
         f"{bpf['nr_dispatched']} applied, {bpf['nr_stale']} stale, {bpf['nr_ring_full']} ring-full and "
         f"{bpf['nr_backlog']} backlog fallbacks, {bpf['nr_direct']} direct (idle CPU), "
