@@ -103,14 +103,13 @@ static __always_inline void steer_charge(struct task_struct *p, struct task_ctx 
 }
 
 /* what wake_preempts needs to know of the task running on a CPU: its class, or its own params */
-static __always_inline void note_running(struct cpu_ctx *cctx, s32 pid, u32 class_id, bool own,
-					 const struct pyland_params *own_params, u64 weight)
+static __always_inline void note_running(struct cpu_ctx *cctx, struct task_struct *p, struct task_ctx *tctx)
 {
-	cctx->running_pid = pid;
-	cctx->running_class = class_id;
-	cctx->running_own = own;
-	cctx->running_preemptible = own && (own_params->flags & PYLAND_PARAM_PREEMPTIBLE);
-	cctx->running_weight = weight;
+	cctx->running_pid = p->pid;
+	cctx->running_class = tctx->class_id;
+	cctx->running_own = tctx->own_params;
+	cctx->running_preemptible = tctx->own_params && (tctx->params.flags & PYLAND_PARAM_PREEMPTIBLE);
+	cctx->running_weight = params_weight(task_params(tctx), p);
 }
 
 /*
@@ -133,8 +132,7 @@ static __always_inline bool running_preemptible(const struct cpu_ctx *cctx)
 static __always_inline void steer_running(struct task_struct *p, struct task_ctx *tctx, struct cpu_ctx *cctx)
 {
 	if (cctx)
-		note_running(cctx, p->pid, tctx->class_id, tctx->own_params, &tctx->params,
-			     params_weight(task_params(tctx), p));
+		note_running(cctx, p, tctx);
 }
 
 /* the preferred CPU, claimed, if it is idle and the task may run there; -1 otherwise */
@@ -408,8 +406,7 @@ static void apply_update(const struct pyland_update *u)
 		if (u->own)
 			tctx->params = params;
 		if (cctx && cctx->running_pid == p->pid)	/* it runs now: its CPU follows */
-			note_running(cctx, p->pid, class_id, u->own, &params,
-				     params_weight(task_params(tctx), p));
+			note_running(cctx, p, tctx);
 		__sync_fetch_and_add(&shared.nr_updates, 1);
 	}
 	bpf_task_release(p);
