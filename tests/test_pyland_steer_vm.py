@@ -226,27 +226,6 @@ def test_a_periodic_waker_beside_hogs_preempts_within_a_slice(guest: Path) -> No
     assert read(guest, "waker.rc").strip() == "0"
 
 
-def test_two_wakers_started_on_one_cpu_preempt_the_other_cpus_hog(guest: Path) -> None:
-    """Both wakers begin on CPU 0 beside the hogs. The first time one wakes while the other runs
-    there, its own CPU has nothing to preempt: the wake-up preempts the other CPU's hog instead,
-    and the counter of that path moves during the pair's run. (Latency alone does not show it:
-    the pair also spreads by itself now and then.)"""
-    pair = {m.name: m.value for m in cyclictest(read(guest, "pair-pyland.txt"))}
-    print(f"\ntwo wakers started on CPU 0 beside 2 hogs (us): {pair}")
-    t0, t1 = float(read(guest, "pair.t0")), float(read(guest, "pair.t1"))
-    lines = [(datetime.fromisoformat(s["timestamp"]).timestamp(), s) for s in stats(read(guest, "waker.log"))]
-    before = [s for at, s in lines if at <= t0]
-    after = [s for at, s in lines if at >= t1]
-    assert before and after, f"no stats line around the pair's run ({t0}-{t1}): {[at for at, _ in lines]}"
-    other = after[0]["nr_preempt_other"] - before[-1]["nr_preempt_other"]
-    preempts = after[0]["nr_wake_preempts"] - before[-1]["nr_wake_preempts"]
-    print(f"wake-up preemptions during the pair: {preempts}, {other} of the other CPU")
-    assert 0 < other <= preempts, (other, preempts)
-    slice_us = DEFAULT_MIN_SLICE_NS / NSEC_PER_USEC
-    for t in (0, 1):
-        assert pair.get(f"cyclictest.T{t}.p90_us", slice_us) < slice_us / 2, pair
-
-
 def _during(guest: Path, log: str, run: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The stats lines just before and just after the run whose times are in `run`.t0 and .t1."""
     t0, t1 = float(read(guest, f"{run}.t0")), float(read(guest, f"{run}.t1"))
@@ -255,6 +234,23 @@ def _during(guest: Path, log: str, run: str) -> tuple[dict[str, Any], dict[str, 
     after = [s for at, s in lines if at >= t1]
     assert before and after, f"no stats line around {run} ({t0}-{t1}): {[at for at, _ in lines]}"
     return before[-1], after[0]
+
+
+def test_two_wakers_started_on_one_cpu_preempt_the_other_cpus_hog(guest: Path) -> None:
+    """Both wakers begin on CPU 0 beside the hogs. The first time one wakes while the other runs
+    there, its own CPU has nothing to preempt: the wake-up preempts the other CPU's hog instead,
+    and the counter of that path moves during the pair's run. (Latency alone does not show it:
+    the pair also spreads by itself now and then.)"""
+    pair = {m.name: m.value for m in cyclictest(read(guest, "pair-pyland.txt"))}
+    print(f"\ntwo wakers started on CPU 0 beside 2 hogs (us): {pair}")
+    before, after = _during(guest, "waker.log", "pair")
+    other = after["nr_preempt_other"] - before["nr_preempt_other"]
+    preempts = after["nr_wake_preempts"] - before["nr_wake_preempts"]
+    print(f"wake-up preemptions during the pair: {preempts}, {other} of the other CPU")
+    assert 0 < other <= preempts, (other, preempts)
+    slice_us = DEFAULT_MIN_SLICE_NS / NSEC_PER_USEC
+    for t in (0, 1):
+        assert pair.get(f"cyclictest.T{t}.p90_us", slice_us) < slice_us / 2, pair
 
 
 def test_a_lighter_task_is_preempted_whatever_its_class(guest: Path) -> None:
