@@ -80,6 +80,15 @@ struct {
 	__uint(max_entries, NR_QUEUED_RECORDS * (sizeof(struct pyland_decision) + 8));
 } dispatched SEC(".maps");
 
+/*
+ * Policy calls that have run half their budget, for the user-space watchdog thread: it sleeps on
+ * this ring instead of waking every few milliseconds to look at policy_since. One record per call.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096);
+} alarms SEC(".maps");
+
 struct heartbeat {
 	struct bpf_timer timer;
 };
@@ -1209,6 +1218,28 @@ static void check_progress(void)
 }
 
 /*
+ * Tell the watchdog thread of a policy call past half its budget, once per call (policy_since is
+ * the call's stamp). It measures the rest itself, leaving out the time the loop waited for a CPU,
+ * which this wall-clock test cannot tell from a policy running. A full ring means the watchdog has
+ * an alarm it has not read yet, so it is awake already; the next beat tries again anyway.
+ */
+static void alarm_watchdog(void)
+{
+	u64 since = shared.policy_since;
+	u64 *rec;
+
+	if (!since || since == shared.policy_alarmed || !policy_stalled(bpf_ktime_get_ns(), cfg.stall_ns / 2))
+		return;
+	rec = bpf_ringbuf_reserve(&alarms, sizeof(*rec), 0);
+	if (!rec)
+		return;
+	*rec = since;
+	bpf_ringbuf_submit(rec, 0);	/* wakes the watchdog: it waits for nothing else */
+	shared.policy_alarmed = since;
+	__sync_fetch_and_add(&shared.nr_policy_alarms, 1);
+}
+
+/*
  * R9: heartbeat. Nothing notifies the kernel when user space writes decisions, and a scheduler
  * that is runnable but never picked would let the watchdog eject pyland. Every timer_ns, if work
  * is pending and the scheduler has not run for a period, kick a CPU into ops.dispatch: an idle one
@@ -1220,6 +1251,7 @@ static int heartbeat_fn(void *map, int *key, struct heartbeat *hb)
 	struct task_struct *p;
 
 	check_progress();
+	alarm_watchdog();
 
 	/*
 	 * Without kicks there is nothing to do here: the scheduler then waits in a local DSQ, which

@@ -220,6 +220,8 @@ struct pyland_shared {
 	__u64 nr_param_clamped;		/* steer: updates with a value out of range, clamped */
 	__u64 nr_pref_cpu;		/* steer: wake-ups placed on their idle preferred CPU */
 	__u64 vruntime_now;		/* steer: the scale's now: every task's charged run, added up */
+	__u64 nr_policy_alarms;		/* heartbeat: policy calls past half the budget, told to the watchdog */
+	__u64 policy_alarmed;		/* heartbeat: the policy_since of the last call it told of */
 	/* written by user space */
 	__u64 nr_consumed;		/* records read from `queued` */
 	__u64 nr_scheduled;		/* tasks read but whose decision is not yet written (the pool) */

@@ -36,7 +36,7 @@ def status(owner: str | None = "scxctl", cgroups: dict[str, Any] | None = None) 
 
 
 PYLAND = {
-    "pid": 4242, "policy": "deadline", "mode": "steer", "loop_cpu_s": 12.5,
+    "pid": 4242, "policy": "deadline", "mode": "steer", "loop_cpu_s": 12.5, "process_cpu_s": 20.25,
     "bpf": {"nr_kthread": 10, "nr_direct": 5, "nr_ring_full": 1, "nr_backlog": 2, "nr_rescued": 3,
             "nr_preempt_kicks": 4, "nr_timer_kicks": 1, "nr_stalled": 0, "nr_bw_held": 6, "nr_enabled": 77,
             "vtime_now": 123456789},
@@ -97,6 +97,7 @@ def test_the_text_parses_back_with_names_values_and_labels() -> None:
     assert value(fams, "scxctl_pyland_rescues_total") == 3 and value(fams, "scxctl_pyland_kicks_total") == 5
     assert value(fams, "scxctl_pyland_cgroup_holds_total") == 6
     assert value(fams, "scxctl_pyland_loop_cpu_seconds_total") == 12.5
+    assert value(fams, "scxctl_pyland_process_cpu_seconds_total") == 20.25
     assert value(fams, "scxctl_pyland_bpf_events_total", counter="nr_kthread") == 10
     assert ("scxctl_pyland_bpf_events_total", (("counter", "vtime_now"),)) not in \
         fams["scxctl_pyland_bpf_events"][1]  # a clock is no event counter

@@ -376,6 +376,9 @@ def test_stuck_policy_is_detached_within_a_second_of_its_budget(guest: Path) -> 
     assert read(guest, "stuck.rc").strip() == "1", log[-2000:]
     stuck = r"policy misbehave did not return from decide\(\) within 100 ms \(misbehave\.py:\d+\)"
     assert re.search(stuck, log), log[-2000:]
+    # the watchdog slept until the BPF heartbeat told it of the call past half its budget
+    tripped = [e for e in json_lines(log) if e.get("event") == "policy watchdog tripped"]
+    assert len(tripped) == 1 and tripped[0]["heartbeat_alarms"] >= 1, log[-2000:]
     stuck_at = float(read(guest, "stuck.stuck_at"))
     changes = [line.split() for line in read(guest, "stuck.monitor").splitlines()]
     # The first state past "enabled" (the monitor starts once pyland is enabled): "disabling", or

@@ -12,6 +12,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -54,6 +55,12 @@ class _Ring:
             self.closed = True
 
 
+def _burn_cpu(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
 def scheduler() -> Scheduler:
     """A Scheduler past its set-up: its loop, policy and .bss, attached as far as _service can tell."""
     s = Scheduler(RunOptions(stats_interval=0))
@@ -73,6 +80,10 @@ def test_the_loop_writes_the_snapshot_from_its_service_and_close_removes_it() ->
     assert s.loop is not None
     path = paths.pyland_stats_file()
     services = {"n": 0}
+    # another thread of the process (as the policy watchdog is) burns CPU the loop thread does not
+    burner = threading.Thread(target=_burn_cpu, args=(0.05,))
+    burner.start()
+    burner.join()
 
     def service() -> None:
         services["n"] += 1
@@ -87,6 +98,7 @@ def test_the_loop_writes_the_snapshot_from_its_service_and_close_removes_it() ->
     # taken from the running loop at its first service; the next two came within the second
     assert doc["loop"]["waits"] == 1 and services["n"] == 3
     assert 0 < doc["loop_cpu_s"] <= time.thread_time()
+    assert doc["process_cpu_s"] - doc["loop_cpu_s"] >= 0.05 and doc["process_cpu_s"] <= time.process_time()
     assert {"boosted", "reclassified"} <= doc["policy_stats"].keys()
     assert abs(doc["monotonic"] - time.monotonic()) < 5 and abs(doc["wall"] - time.time()) < 5
     assert stat.S_IMODE(path.stat().st_mode) == 0o644  # the scxctl group (anyone) may read it

@@ -154,6 +154,7 @@ def test_the_text_view_shows_per_second_and_total() -> None:
     rescues = next(ln for ln in lines if ln.strip().startswith("rescues"))
     assert rescues.split() == ["rescues", "0", "2"]
     assert next(ln for ln in lines if "loop CPU" in ln).endswith(" s") and "%" in out
+    assert next(ln for ln in lines if "process CPU (all threads)" in ln).endswith(" s")
     assert "kernel events:" in out
     assert next(ln for ln in lines if "dispatch_keep_last" in ln).split() == ["dispatch_keep_last", "0", "3"]
 

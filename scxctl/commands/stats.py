@@ -83,9 +83,10 @@ def render(doc: dict[str, Any]) -> list[str]:
         per_s = p["per_s"] or {}
         for key, label in LABELS.items():
             lines.append(_row(label, per_s.get(key), p["total"][key]))
-        cpu = per_s.get("loop_cpu_s")
-        lines.append(f"  {'loop CPU':<28}{(f'{cpu * 100:.1f} %' if cpu is not None else '-'):>14}"
-                     f"{p['total']['loop_cpu_s']:>14.2f} s")
+        for key, label in (("loop_cpu_s", "loop CPU"), ("process_cpu_s", "process CPU (all threads)")):
+            cpu = per_s.get(key)
+            lines.append(f"  {label:<28}{(f'{cpu * 100:.1f} %' if cpu is not None else '-'):>14}"
+                         f"{p['total'][key]:>14.2f} s")
         if p["policy_stats"]:
             lines.append(f"policy {p['policy']}:")
             lines.extend(_row(name, None, value) for name, value in sorted(p["policy_stats"].items()))

@@ -115,6 +115,9 @@ def _pyland(doc: dict[str, Any]) -> Iterator[Metric]:
         yield CounterMetricFamily(f"scxctl_pyland_{key}", text, value=summary[key])
     yield CounterMetricFamily("scxctl_pyland_loop_cpu_seconds", "CPU time of pyland's loop thread",
                               value=summary["loop_cpu_s"])
+    yield CounterMetricFamily("scxctl_pyland_process_cpu_seconds",
+                              "CPU time of pyland's process, every thread (the loop, the policy watchdog)",
+                              value=summary["process_cpu_s"])
     bpf = doc.get("bpf") or {}
     counters = CounterMetricFamily("scxctl_pyland_bpf_events", "pyland's BPF event counters by name "
                                    "(bpf/pyland.h)", labels=["counter"])

@@ -28,12 +28,12 @@ PLACED_IN_BPF = ("nr_kthread", "nr_direct", "nr_direct_wakes", "nr_new_direct", 
 FALLBACKS = ("nr_ring_full", "nr_backlog")
 KICKS = ("nr_preempt_kicks", "nr_timer_kicks", "nr_wake_preempts")
 SUMMARY = ("records", "decisions", "placed_in_bpf", "fallbacks", "rescues", "kicks", "stalls",
-           "cgroup_holds", "loop_cpu_s")
+           "cgroup_holds", "loop_cpu_s", "process_cpu_s")
 # shared counters that are not event counts (gauges, clocks, flags): never summed, never a rate
 BPF_GAUGES = frozenset({"nr_enabled", "nr_bw_cgroups", "nr_scheduled", "usersched_last_run_at",
                         "rescue_scan_at", "compat_missing", "vtime_now", "deadline_lead", "starving",
                         "progress_seen", "progress_at", "bw_timer_at", "bw_release", "vruntime_now",
-                        "policy_since"})
+                        "policy_since", "policy_alarmed"})
 
 
 def bpf_events(bpf: dict[str, Any]) -> dict[str, int]:
@@ -60,6 +60,7 @@ def pyland_summary(doc: dict[str, Any]) -> dict[str, float]:
         "stalls": bpf.get("nr_stalled", 0),
         "cgroup_holds": bpf.get("nr_bw_held", 0),
         "loop_cpu_s": float(doc.get("loop_cpu_s", 0.0)),
+        "process_cpu_s": float(doc.get("process_cpu_s", 0.0)),
     }
 
 

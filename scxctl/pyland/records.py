@@ -128,6 +128,8 @@ SHARED_COUNTERS = (
     "nr_param_clamped",
     "nr_pref_cpu",
     "vruntime_now",
+    "nr_policy_alarms",
+    "policy_alarmed",
     # written by user space
     "nr_consumed",
     "nr_scheduled",
@@ -146,4 +148,4 @@ EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")
 SHARED_SIZE = EXIT_OFFSET + EXIT_INFO.size
 
 assert TASK.size == 136 and DECISION.size == 48 and UPDATE.size == 56 and CONFIG.size == 112
-assert SHARED_SIZE == 1648
+assert SHARED_SIZE == 1664

@@ -51,6 +51,7 @@ from scxctl.pyland.loop import PolicyFailed, SchedulerLoop, discard_records
 from scxctl.pyland.options import RunOptions
 from scxctl.pyland.policies.loader import load_policy
 from scxctl.pyland.policy import NSEC_PER_MSEC, NSEC_PER_USEC, Policy, PolicyOptions
+from scxctl.pyland.policy_alarm import PolicyAlarm
 from scxctl.pyland.preflight import preflight
 from scxctl.pyland.records import COMPAT_MISSING, OPS_NAME, POLICY_SINCE, PROGRESS_AT, SHARED_COUNTERS
 from scxctl.pyland.run_result import RunResult, outcome, too_many_restarts
@@ -176,6 +177,7 @@ class Scheduler:
         self.shared: SharedState | None = None
         self.loop: SchedulerLoop | None = None
         self.watchdog: PolicyWatchdog | None = None
+        self.alarm: PolicyAlarm | None = None  # what the watchdog sleeps on (the object's `alarms`)
         self.stuck: StuckReport | None = None
         self.restarts = 0
         self._restart_times: collections.deque[float] = collections.deque()
@@ -225,6 +227,7 @@ class Scheduler:
         reader = open_reader(obj.map("queued").fd)
         writer = open_writer(obj.map("dispatched").fd)
         reports = open_reader(obj.map("reports").fd) if self.steer else None
+        self.alarm = PolicyAlarm(open_reader(obj.map("alarms").fd))
         self.loop = SchedulerLoop(reader, writer, self.shared, self.policy, reports=reports)
         self.cgroup_report = CgroupReport(obj, self.opts.sysroot)
         self._confirmed = False
@@ -242,6 +245,9 @@ class Scheduler:
                 if close is not None:
                     close()
             self.loop = None
+        if self.alarm is not None:
+            self.alarm.close()
+            self.alarm = None
         if self.shared is not None:
             self.shared.release()
             self.shared = None
@@ -280,7 +286,8 @@ class Scheduler:
             self._next_stats = now + self.opts.stats_interval
             log.info("pyland stats", **self.loop.stats.as_dict(), **self.shared.snapshot(),
                      **{f"policy_{k}": v for k, v in self.loop.policy.stats().items()},
-                     restarts=self.restarts)
+                     restarts=self.restarts, process_cpu_ns=time.process_time_ns(),
+                     watchdog_looks=wd.looks if (wd := self.watchdog) else 0)
 
     def _stats_document(self) -> dict[str, Any]:
         """What the stats snapshot says besides its pid and clocks: totals over the run's attachments."""
@@ -288,6 +295,7 @@ class Scheduler:
         return {"policy": self.loop.policy.name, "mode": "steer" if self.steer else "round-trip",
                 "restarts": self.restarts, "bpf": self._bpf_stats(), "loop": self._stats(),
                 "loop_cpu_s": time.thread_time(),  # the service runs on the loop's thread
+                "process_cpu_s": time.process_time(),  # every thread: the loop's and the watchdog's
                 "policy_stats": numbers(self.loop.policy.stats())}
 
     def _warn_clamped(self) -> None:
@@ -320,6 +328,9 @@ class Scheduler:
 
     def _on_stuck(self, report: StuckReport) -> None:
         self.stuck = report
+        wd = self.watchdog
+        log.warning("policy watchdog tripped", overrun_ms=round(report.overrun_ns / 1e6, 1),
+                    where=report.where, heartbeat_alarms=wd.alarms if wd else 0)
         self._stop.reason = self._stop.reason or "policy stuck"
 
     # -- attach, loop, detach
@@ -424,7 +435,8 @@ class Scheduler:
         if self.opts.policy_budget_ms > 0:
             self.watchdog = PolicyWatchdog(self.shared.counters, self.opts.policy_budget_ms * NSEC_PER_MSEC,
                                            self.policy.name, _policy_file(self.policy), self.detach,
-                                           exit_code=ExitCode.FAILURE, on_trip=self._on_stuck)
+                                           exit_code=ExitCode.FAILURE, on_trip=self._on_stuck,
+                                           alarm=self.alarm)
             self.watchdog.start()
         try:
             self._in_loop = True

@@ -3,7 +3,9 @@
 Every task handed to Python waits for the one thread that runs the policy, so a decide() that never
 returns (a user's bug) would hold them until the kernel's own watchdog ejects pyland, 5 s later.
 The loop stamps the time each call into the policy starts (policy_since in the shared area, 0 when
-the batch is done); this thread reads the stamp, and when one call overran the budget it:
+the batch is done). Attached, this thread sleeps until the BPF heartbeat (every 100 ms) finds a call
+half a budget old (policy_alarm.py), so a policy that returns in time costs it no wake-up; it then
+reads the stamp every quarter budget until the call ends, and when the call overran the budget it:
 
 1. notes where the main thread is (the innermost frame in the policy's file);
 2. detaches pyland, so the kernel's default scheduler takes every task at once;
@@ -19,6 +21,11 @@ the time this thread itself was held up: each look counts at most one period.
 A pure-Python loop hands this thread the interpreter every switch interval (5 ms), so it runs.
 Native code that holds the interpreter lock does not, and neither does a stopped process: the BPF
 core's own backstop (check_progress in pyland.bpf.c) stops pyland then.
+
+Woken by an alarm, the thread counts the half budget the heartbeat saw, so a stuck call is detached
+about 1.25 budgets after it began, plus up to one heartbeat period (looking all the time, it took
+1 to 1.25 budgets). Without an alarm source (the host tests) it reads the stamp every quarter
+budget from the start.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from collections.abc import Callable, MutableSequence
 from dataclasses import dataclass
 from types import FrameType
 
+from scxctl.pyland.policy_alarm import PolicyAlarm
 from scxctl.pyland.records import POLICY_SINCE
 
 NSEC_PER_MSEC = 1_000_000
@@ -106,8 +114,10 @@ class PolicyWatchdog:
         force_exit_after_s: float = 2.0,
         exit_code: int = 1,
         on_trip: Callable[[StuckReport], None] | None = None,
+        alarm: PolicyAlarm | None = None,
     ) -> None:
         self.counters = counters
+        self.alarm = alarm  # None: look every period whatever the loop does
         self.budget_ns = budget_ns
         self.policy = policy
         self.policy_file = policy_file
@@ -121,10 +131,13 @@ class PolicyWatchdog:
         self._main_tid = main.native_id or 0
         self._stop = threading.Event()
         self.looks = 0  # times it has read the stamp: a test waits for looks, not for time
+        self.alarms = 0  # alarms the BPF heartbeat woke it with
         self._acknowledged = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        if self.alarm is not None:
+            self.alarm.reset()
         old = threading.stack_size(THREAD_STACK)
         try:
             self._thread = threading.Thread(target=self._run, name="pyland-watchdog", daemon=True)
@@ -136,11 +149,26 @@ class PolicyWatchdog:
         """Stop watching; the main thread calls it once the loop has ended, whatever ended it."""
         self._acknowledged.set()
         self._stop.set()
+        if self.alarm is not None:
+            self.alarm.wake()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=1.0)
 
     def _run(self) -> None:
         period = max(self.budget_ns / 4 / 1e9, MIN_PERIOD_S)
+        while True:
+            alarmed = 0
+            if self.alarm is not None:
+                alarmed = self.alarm.wait()  # asleep until a call has run half its budget
+                if not alarmed:
+                    return  # stop()
+                self.alarms += 1
+            if self._watch(period, alarmed):
+                return
+
+    def _watch(self, period: float, alarmed: int) -> bool:
+        """Look at the stamp every period; True once stopped or tripped. Woken by an alarm, the
+        look that finds the loop out of the policy returns False: back to sleep."""
         period_ns = int(period * 1e9)
         counters = self.counters
         # the stamp being watched, how much of its age is counted so far, and when this thread
@@ -150,6 +178,8 @@ class PolicyWatchdog:
             since = counters[POLICY_SINCE]
             self.looks += 1
             if not since:
+                if alarmed:
+                    return False
                 continue
             now = time.monotonic_ns()
             delay = run_delay_ns(self._main_tid)
@@ -157,18 +187,21 @@ class PolicyWatchdog:
                 # What the main thread did before this first look is unknown: this thread too may
                 # have been off-CPU for long (a CPU going offline stalled both for 300 ms under
                 # TCG), so the stamp's age then may be mostly waiting.
-                seen, counted, elapsed = since, 0, now - since
+                seen, counted = since, min(max(0, now - since), period_ns)
+                if since == alarmed:
+                    # the heartbeat saw this call half a budget old; the rest is measured here
+                    counted = max(counted, self.budget_ns // 2)
             else:
                 waited = delay - last_delay if delay is not None else 0
-                elapsed = now - last - waited
-            # A look counts at most one period: what a stamp can age between two timely looks. A
-            # late look means this thread was held up itself (a frozen vCPU, holding the
-            # interpreter lock the policy then waits for), not that the policy ran all that time.
-            counted += max(0, min(elapsed, period_ns))
+                # A look counts at most one period: what a stamp can age between two timely looks.
+                # A late look means this thread was held up itself (a frozen vCPU, holding the
+                # interpreter lock the policy then waits for), not that the policy ran all that time.
+                counted += max(0, min(now - last - waited, period_ns))
             last, last_delay = now, delay or 0
             if counted > self.budget_ns:
                 self._trip(since)
-                return
+                return True
+        return True
 
     def _trip(self, since: int) -> None:
         function, where = policy_frame(sys._current_frames().get(self._main_id), self.policy_file)
