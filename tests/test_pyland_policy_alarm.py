@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from scxctl.bpf.libbpf import BpfObject
 from scxctl.bpf.ringbuf import open_reader
 from scxctl.pyland.policy_alarm import PolicyAlarm
-from scxctl.pyland.records import POLICY_SINCE, SHARED_COUNTERS
+from scxctl.pyland.records import POLICY_SINCE
 from scxctl.pyland.watchdog import PolicyStuck, PolicyWatchdog
+from tests.test_pyland_watchdog import counters, wait_for
 from tests.test_ringbuf import OBJ, Harness, build_test_objects
 
 BUDGET_NS = 200_000_000  # looks every 50 ms once awake
@@ -41,16 +42,9 @@ def alarm_for(h: Harness, since: int) -> None:
     h.produce(1, 16, seq_start=since)
 
 
-def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.005)
-
-
 def test_a_stuck_call_is_left_alone_until_its_alarm_then_detached(ring: tuple[Harness, PolicyAlarm]) -> None:
     h, alarm = ring
-    c = [0] * len(SHARED_COUNTERS)
+    c = counters()
     detached: list[float] = []
     wd = PolicyWatchdog(c, BUDGET_NS, "stuck", __file__, lambda: detached.append(time.monotonic()),
                         alarm=alarm)
@@ -74,7 +68,7 @@ def test_a_stuck_call_is_left_alone_until_its_alarm_then_detached(ring: tuple[Ha
 def test_an_alarm_for_a_call_that_has_ended_puts_the_watchdog_back_to_sleep(
         ring: tuple[Harness, PolicyAlarm]) -> None:
     h, alarm = ring
-    c = [0] * len(SHARED_COUNTERS)
+    c = counters()
     detached: list[int] = []
     wd = PolicyWatchdog(c, BUDGET_NS, "quick", __file__, lambda: detached.append(1), alarm=alarm)
     wd.start()
@@ -90,7 +84,7 @@ def test_an_alarm_for_a_call_that_has_ended_puts_the_watchdog_back_to_sleep(
 def test_stop_wakes_a_sleeping_watchdog_and_a_restart_forgets_old_alarms(
         ring: tuple[Harness, PolicyAlarm]) -> None:
     h, alarm = ring
-    c = [0] * len(SHARED_COUNTERS)
+    c = counters()
     wd = PolicyWatchdog(c, BUDGET_NS, "idle", __file__, lambda: None, alarm=alarm)
     wd.start()
     t0 = time.monotonic()
