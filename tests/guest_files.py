@@ -60,6 +60,14 @@ def json_lines(text: str) -> list[dict[str, Any]]:
     return out
 
 
+def assert_watchdog_slept(stats: dict[str, Any], max_looks: int) -> None:
+    """The policy watchdog looked only after the BPF heartbeat's alarms (a call past half its
+    budget), a few looks each, and fewer than `max_looks` in all: looking every quarter budget,
+    40 a second, it would have looked ten times that or more in the runs that call this."""
+    looks, alarms = stats["watchdog_looks"], stats["nr_policy_alarms"]
+    assert looks <= 5 * alarms and looks < max_looks, stats
+
+
 def steady_rate(samples: Sequence[Sequence[float]], trim_s: float = 1.0) -> float:
     """CPU seconds per second from (seconds, usage_usec) samples of a cgroup's cpu.stat, less the
     first and last `trim_s`: what a CPU limit allows while its load runs. A cgroup's total also
