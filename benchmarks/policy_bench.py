@@ -76,7 +76,7 @@ def replay(policy: Policy, records: list[tuple[object, ...]], pack: bool) -> tup
             (task.pid, task.cpu, task.nr_cpus_allowed, task.flags, task.start_ts, task.stop_ts,
              task.exec_runtime, task.weight, task.placed, task.vtime, task.enq_cnt, task.comm,
              task.cgroup_id, task.throttled, task.run_ns, task.kind, task.nr_wakeups, task.waker,
-             task.class_id, task.deadline, task.sleep_ns) = rec  # fmt: skip
+             task.class_id, task.deadline, task.sleep_ns, task.min_burst_ns) = rec  # fmt: skip
             decide(task, decision)
             pack_into(out, 0, decision.pid, decision.cpu,
                       (DECISION_PREEMPT if decision.preempt else 0) |
@@ -87,7 +87,7 @@ def replay(policy: Policy, records: list[tuple[object, ...]], pack: bool) -> tup
             (task.pid, task.cpu, task.nr_cpus_allowed, task.flags, task.start_ts, task.stop_ts,
              task.exec_runtime, task.weight, task.placed, task.vtime, task.enq_cnt, task.comm,
              task.cgroup_id, task.throttled, task.run_ns, task.kind, task.nr_wakeups, task.waker,
-             task.class_id, task.deadline, task.sleep_ns) = rec  # fmt: skip
+             task.class_id, task.deadline, task.sleep_ns, task.min_burst_ns) = rec  # fmt: skip
             decide(task, decision)
     return time.perf_counter_ns() - wall0, time.thread_time_ns() - cpu0
 

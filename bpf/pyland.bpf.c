@@ -100,7 +100,7 @@ struct {
 	__type(value, struct heartbeat);
 } heartbeat_map SEC(".maps");
 
-_Static_assert(sizeof(struct pyland_task) == 136, "pyland_task layout changed: update records.py");
+_Static_assert(sizeof(struct pyland_task) == 144, "pyland_task layout changed: update records.py");
 _Static_assert(sizeof(struct pyland_decision) == 48, "pyland_decision layout changed: update records.py");
 /* the drain tells an update from a decision by its size */
 _Static_assert(sizeof(struct pyland_update) == 56, "pyland_update layout changed: update records.py");
@@ -293,10 +293,12 @@ static __always_inline void fill_record(struct pyland_task *rec, struct task_str
 	rec->class_id = tctx->class_id;
 	rec->deadline = cfg.steer ? tctx->deadline : 0;
 	rec->sleep_ns = tctx->sleep_ns;
+	rec->min_burst_ns = tctx->min_burst_ns;
 	tctx->bw_was_held = false;
 	tctx->run_ns = 0;
 	tctx->nr_wakeups = 0;
 	tctx->sleep_ns = 0;
+	tctx->min_burst_ns = 0;
 	tctx->record_at = now;
 }
 
@@ -1057,6 +1059,13 @@ void BPF_STRUCT_OPS(pyland_stopping, struct task_struct *p, bool runnable)
 		if (cfg.steer)
 			steer_charge(p, tctx, now - tctx->start_ts);
 	}
+	/*
+	 * Going to sleep ends a burst. The shortest one tells the policy what an average hides: a
+	 * task that alternates long and short bursts is waited on by someone, one whose every
+	 * burst is long is not.
+	 */
+	if (!runnable && (!tctx->min_burst_ns || tctx->exec_runtime < tctx->min_burst_ns))
+		tctx->min_burst_ns = tctx->exec_runtime ?: 1;
 	if (bw_active())
 		bw_charge(p, tctx, bpf_ktime_get_ns());
 	if (cfg.steer)

@@ -30,7 +30,7 @@
 /* ops.exit's exit_code when the BPF core itself stopped pyland because user space made no progress */
 #define PYLAND_EXIT_STALLED	0x70796c01LL
 
-/* `queued` and `reports` ring buffer record (kernel -> user); 136 bytes */
+/* `queued` and `reports` ring buffer record (kernel -> user); 144 bytes */
 struct pyland_task {
 	__s32 pid;
 	__s32 cpu;		/* previous CPU */
@@ -55,6 +55,8 @@ struct pyland_task {
 	__u32 class_id;		/* its class (steer mode) */
 	__u64 deadline;		/* steer mode: the deadline BPF ordered this enqueue by; 0 otherwise */
 	__u64 sleep_ns;		/* time it slept since its previous record */
+	__u64 min_burst_ns;	/* its shortest burst (CPU time from a wake-up to the next sleep)
+				 * that ended since its previous record; 0: none ended */
 };
 
 /*

@@ -60,6 +60,7 @@ struct task_ctx {
 	u32 nr_wakeups;
 	s32 waker;		/* pid of the task current when it was last woken (select_cpu) */
 	u64 sleep_ns;
+	u64 min_burst_ns;	/* shortest burst ended since its last record; 0: none */
 };
 
 struct {

@@ -12,6 +12,7 @@ from scxctl.pyland.policies.deadline import (
     BURST_CAP_BUDGETS,
     BURST_SLOTS,
     INTERACTIVE,
+    MIXED,
     DeadlinePolicy,
 )
 from scxctl.pyland.policies.emulate import EmulatedTask, enqueue
@@ -26,7 +27,7 @@ from scxctl.pyland.policy import (
     PolicyOptions,
     Task,
 )
-from scxctl.pyland.records import REC_REPORT
+from scxctl.pyland.records import REC_ENQUEUE, REC_REPORT
 
 MS = NSEC_PER_MSEC
 US = NSEC_PER_USEC
@@ -330,17 +331,63 @@ def test_burst_history_smooths_a_change_of_behaviour() -> None:
 # --- steer mode: classification from reports ------------------------------------------------------------
 
 
-def report(pid: int, run_ms: float, wakeups: int, class_id: int, exec_ms: float = 0) -> Task:
+def report(pid: int, run_ms: float, wakeups: int, class_id: int, exec_ms: float = 0,
+           min_ms: float = 0) -> Task:
     return Task(pid=pid, kind=REC_REPORT, run_ns=int(run_ms * MS), nr_wakeups=wakeups, class_id=class_id,
-                exec_runtime=int(exec_ms * MS), placed=1)
+                exec_runtime=int(exec_ms * MS), placed=1, min_burst_ns=int(min_ms * MS))
 
 
 def test_classes_interactive_placed_at_once_batch_decided() -> None:
     classes = DeadlinePolicy(OPTS).class_params()
-    assert set(classes) == {INTERACTIVE, BATCH}
-    assert classes[INTERACTIVE].sync is False and classes[BATCH].sync is True
-    # only a hog is preempted by a waking task: tasks that wake often would preempt each other
-    assert classes[INTERACTIVE].preemptible is False and classes[BATCH].preemptible is True
+    assert set(classes) == {INTERACTIVE, BATCH, MIXED}
+    assert classes[INTERACTIVE].sync is False and classes[BATCH].sync is True and classes[MIXED].sync is False
+    # only a task with long bursts is preempted by a waking task: tasks that wake often would
+    # preempt each other
+    assert classes[INTERACTIVE].preemptible is False
+    assert classes[BATCH].preemptible is True and classes[MIXED].preemptible is True
+
+
+def sync_wakeup(pid: int, burst_ms: float, class_id: int) -> Task:
+    """The record of a sync wake-up after one burst of `burst_ms` (what observe() sees first)."""
+    return Task(pid=pid, kind=REC_ENQUEUE, flags=SCX_ENQ_WAKEUP, run_ns=int(burst_ms * MS), nr_wakeups=1,
+                class_id=class_id, min_burst_ns=int(burst_ms * MS), deadline=1)
+
+
+def classify(policy: DeadlinePolicy, records: list[Task]) -> list[int]:
+    """The class BPF has for the task after each record, as observe() moves it."""
+    out = []
+    cls = records[0].class_id
+    for task in records:
+        task.class_id = cls
+        params = Params()
+        if policy.observe(task, params):
+            cls = params.class_id
+        out.append(cls)
+    return out
+
+
+def test_a_worker_woken_to_reply_is_mixed_a_spinner_woken_to_spin_stays_batch() -> None:
+    """A request's worker (woken, a short burst, a short sleep, then 14 ms of work) averages long
+    bursts like a task woken for 10 ms of spinning; its short bursts make it mixed, placed by BPF."""
+    policy = DeadlinePolicy(OPTS)
+    worker = [sync_wakeup(30, 0.1 if i % 2 else 14, BATCH) for i in range(16)]
+    # mixed from its first short burst on, though its average dips under the bound now and then
+    assert classify(policy, worker) == [BATCH] + [MIXED] * 15
+    spinner = [sync_wakeup(31, 10, BATCH) for _ in range(40)]
+    assert classify(policy, spinner) == [BATCH] * 40
+
+
+def test_a_mixed_task_whose_short_bursts_stop_goes_back_to_batch() -> None:
+    policy = DeadlinePolicy(OPTS)
+    # reports of 100 ms: seven 14 ms requests, the shortest burst 0.1 ms
+    assert classify(policy, [report(40, 100, 14, BATCH, min_ms=0.1)] * 3) == [MIXED] * 3
+    # then only 10 ms bursts: it stays mixed a few reports, then is batch again
+    after = classify(policy, [report(40, 100, 10, MIXED, min_ms=10) for _ in range(12)])
+    assert after[0] == MIXED and after[-1] == BATCH
+    assert after.index(BATCH) >= 4
+    # a report without a burst that ended (min_burst_ns 0) is no short burst
+    policy = DeadlinePolicy(OPTS)
+    assert classify(policy, [report(41, 100, 0, BATCH, exec_ms=100)] * 4) == [BATCH] * 4
 
 
 def test_a_hog_becomes_batch_once_and_a_sleeper_stays_interactive() -> None:

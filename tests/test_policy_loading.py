@@ -12,8 +12,17 @@ from scxctl.errors import ExitCode, ScxctlError
 from scxctl.pyland.policies import DeadlinePolicy, FifoPolicy
 from scxctl.pyland.policies.emulate import EmulatedTask, enqueue
 from scxctl.pyland.policies.loader import check_decision, load_policy, validation_tasks
-from scxctl.pyland.policy import NICE0_WEIGHT, PYLAND_CPU_ANY, Decision, Params, Policy, PolicyOptions, Task
-from scxctl.pyland.records import REC_REPORT
+from scxctl.pyland.policy import (
+    NICE0_WEIGHT,
+    PYLAND_CPU_ANY,
+    SCX_ENQ_WAKEUP,
+    Decision,
+    Params,
+    Policy,
+    PolicyOptions,
+    Task,
+)
+from scxctl.pyland.records import REC_ENQUEUE, REC_REPORT
 
 OPTS = PolicyOptions(nr_cpus=2)
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "policies"
@@ -238,6 +247,13 @@ def test_example_classify_by_name_cgroup_and_behaviour() -> None:
     assert classes[hog.class_id].sync is True and classes[hog.class_id].weight == 25
     assert reports(policy, Task(pid=2, comm=b"make", nr_wakeups=0, run_ns=90_000_000,
                                 class_id=hog.class_id)) is None  # BPF has it: nothing sent
+    # its (sync) wake-up comes to observe() first, counting that one wake-up: still a hog
+    woke = Task(pid=2, comm=b"make", nr_wakeups=1, run_ns=90_000_000, class_id=hog.class_id,
+                flags=SCX_ENQ_WAKEUP, kind=REC_ENQUEUE)
+    assert policy.observe(woke, Params()) is False
+    woke.nr_wakeups = 2  # it slept within the period: not a hog any more
+    params = Params()
+    assert policy.observe(woke, params) is True and params.class_id != hog.class_id
 
 
 def test_example_round_robin_gives_heavy_tasks_their_own_slice_once() -> None:

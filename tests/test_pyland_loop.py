@@ -32,6 +32,8 @@ from scxctl.pyland.records import (
     PARAM_FIFO,
     PARAM_SYNC,
     POLICY_SINCE,
+    REC_ENQUEUE,
+    REC_REPORT,
 )
 from scxctl.pyland.scheduler import RunOptions, Scheduler
 from scxctl.pyland.shared import SharedState
@@ -455,3 +457,30 @@ def test_observe_that_raises_is_a_policy_failure(harness: Harness) -> None:
     with pytest.raises(PolicyFailed, match="observe broke"):
         loop.step()
     assert harness.shared.counters[POLICY_SINCE] == 0
+
+
+def test_a_sync_wake_up_is_observed_before_it_is_decided(harness: Harness) -> None:
+    """A queued record resets the task's counters in BPF: observe() sees it too, first, and the
+    parameters it returns go out ahead of the decision."""
+    calls: list[tuple[str, int, int]] = []
+
+    class Both(_Steer):
+        def observe(self, task: Task, params: Params) -> bool:
+            calls.append(("observe", task.pid, task.kind))
+            params.class_id = 3
+            return task.kind == REC_ENQUEUE
+
+        def decide(self, task: Task, decision: Decision) -> None:
+            calls.append(("decide", task.pid, task.kind))
+            load_policy("fifo", PolicyOptions(nr_cpus=2)).decide(task, decision)
+
+    loop = harness.loop(Both(PolicyOptions(nr_cpus=2)), steer=True)
+    harness.feed(1, pid_base=4300)
+    harness.feed_reports(1, pid_base=4400)
+    assert loop.step() == 2
+    assert calls == [("observe", 4300, REC_ENQUEUE), ("decide", 4300, REC_ENQUEUE),
+                     ("observe", 4400, REC_REPORT)]
+    assert (loop.stats.observed, loop.stats.updates) == (2, 1)
+    assert harness.drain() == 2  # the update and the decision
+    r = harness.results()
+    assert (r["updates"], r["upd_pid"], r["upd_class"], r["drained"], r["last_pid"]) == (1, 4300, 3, 1, 4300)

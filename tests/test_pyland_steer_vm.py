@@ -10,7 +10,9 @@
 - out-of-range parameters are clamped by BPF and counted, with one warning line;
 - a lighter running task (nice 19) is preempted by a wake-up of normal weight whatever the
   classes say (nr_weight_preempts), and tasks of equal weight never preempt each other that way;
-- a policy stuck in observe() is detached by the watchdog like one stuck in decide().
+- a policy stuck in observe() is detached by the watchdog like one stuck in decide();
+- the built-in policy's classes from what BPF reports: a worker woken to reply (a short burst, a
+  short sleep, 14 ms of work) is mixed and placed by BPF, a task woken to spin 10 ms stays batch.
 
 The default scheduler runs the same waker load first in the same boot, for the figures printed.
 """
@@ -25,6 +27,7 @@ import pytest
 from guest_files import SCENARIO_PRELUDE, json_lines, read
 
 from scxctl.bench.parsers import cyclictest
+from scxctl.pyland.policies.deadline import BATCH, MIXED
 from scxctl.pyland.policy import DEFAULT_MIN_SLICE_NS, NSEC_PER_USEC
 
 pytestmark = pytest.mark.vm
@@ -121,6 +124,51 @@ done
 kill -TERM $pid; wait $pid; echo $? >"$R/weight.rc"
 wait_state disabled 30
 
+# 7. the built-in classifier, watched: a worker woken to reply and a spinner woken to spin, each
+#    served by a client process over pipes
+cat >/tmp/served.py <<'PY'
+import os, sys, time
+role, seconds = sys.argv[1], float(sys.argv[2])
+def spin(s):
+    end = time.perf_counter() + s
+    while time.perf_counter() < end:
+        pass
+req_r, req_w = os.pipe()
+rep_r, rep_w = os.pipe()
+if os.fork() == 0:
+    os.close(req_w)  # or its read would never see the client's end
+    os.close(rep_r)
+    open("/proc/self/comm", "w").write("scx" + role)
+    while os.read(req_r, 1):
+        if role == "worker":
+            time.sleep(0.0002)  # a short burst, a short sleep...
+            spin(0.014)  # ...then the request's work
+        else:
+            spin(0.010)
+        os.write(rep_w, b"r")
+    os._exit(0)
+os.close(req_r)
+os.close(rep_w)
+end = time.monotonic() + seconds
+served = 0
+while time.monotonic() < end:
+    os.write(req_w, b"q")
+    os.read(rep_r, 1)
+    served += 1
+os.close(req_w)
+os.wait()
+print(served)
+PY
+$RUN --policy /tmp/test-policies/watch_classes.py >"$R/classes.log" 2>&1 &
+pid=$!
+wait_state enabled 120; echo $? >"$R/classes.attach.rc"
+timeout 60 python3 /tmp/served.py worker 5 >"$R/served-worker.txt" 2>&1 &
+a=$!
+timeout 60 python3 /tmp/served.py spinner 5 >"$R/served-spinner.txt" 2>&1
+wait $a; sleep 1.2   # a stats line after both
+kill -TERM $pid; wait $pid; echo $? >"$R/classes.rc"
+wait_state disabled 30
+
 # 5. stuck in observe(): the watchdog detaches within its budget
 export ARM_FILE=/tmp/arm
 rm -f $ARM_FILE
@@ -141,7 +189,7 @@ PREFER = """
 from scxctl.pyland.policies.deadline import DeadlinePolicy
 from scxctl.pyland.policy import Params
 
-NAMES = {b"scxpref0".ljust(16, b"\\0"): 2, b"scxpref1".ljust(16, b"\\0"): 3}
+NAMES = {b"scxpref0".ljust(16, b"\\0"): 4, b"scxpref1".ljust(16, b"\\0"): 5}
 CLAMP = b"scxclamp".ljust(16, b"\\0")
 
 
@@ -149,7 +197,7 @@ class Prefer(DeadlinePolicy):
     name = "prefer"
 
     def class_params(self):
-        return {**super().class_params(), 2: Params(cpu=0), 3: Params(cpu=1)}
+        return {**super().class_params(), 4: Params(cpu=0), 5: Params(cpu=1)}
 
     def observe(self, task, params):
         if task.comm == CLAMP:
@@ -166,7 +214,7 @@ class Prefer(DeadlinePolicy):
 """
 
 ALL_PREEMPTIBLE = """
-from scxctl.pyland.policies.deadline import BATCH, INTERACTIVE, DeadlinePolicy
+from scxctl.pyland.policies.deadline import DeadlinePolicy
 from scxctl.pyland.policy import Params
 
 
@@ -174,7 +222,39 @@ class AllPreemptible(DeadlinePolicy):
     name = "all-preemptible"
 
     def class_params(self):
-        return {INTERACTIVE: Params(preemptible=True), BATCH: Params(preemptible=True)}
+        return {c: Params(preemptible=True) for c in super().class_params()}
+"""
+
+WATCH_CLASSES = """
+from scxctl.pyland.policies.deadline import DeadlinePolicy
+
+NAMES = {b"scxworker".ljust(16, b"\\0"): "worker", b"scxspinner".ljust(16, b"\\0"): "spinner"}
+
+
+class WatchClasses(DeadlinePolicy):
+    name = "watch-classes"
+
+    def __init__(self, options):
+        super().__init__(options)
+        self.classes = {"worker": -1, "spinner": -1}
+        self.decided = {"worker": 0, "spinner": 0}
+
+    def observe(self, task, params):
+        changed = super().observe(task, params)
+        who = NAMES.get(task.comm)
+        if who is not None:
+            self.classes[who] = params.class_id if changed else task.class_id
+        return changed
+
+    def decide(self, task, decision):
+        super().decide(task, decision)
+        who = NAMES.get(task.comm)
+        if who is not None:
+            self.decided[who] += 1
+
+    def stats(self):
+        return {**super().stats(), **{f"class_{k}": v for k, v in self.classes.items()},
+                **{f"decided_{k}": v for k, v in self.decided.items()}}
 """
 
 
@@ -187,6 +267,7 @@ def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     policies.mkdir()
     (policies / "prefer.py").write_text(PREFER)
     (policies / "all_preemptible.py").write_text(ALL_PREEMPTIBLE)
+    (policies / "watch_classes.py").write_text(WATCH_CLASSES)
     (policies / "misbehave.py").write_text((POLICIES / "misbehave.py").read_text())
     res = vm.run("bash /tmp/steer_scenario.sh", timeout=1200, cpus=2, mem="2G",
                  copy=[(str(script), "/tmp/steer_scenario.sh"), (str(policies), "/tmp/test-policies")],
@@ -322,3 +403,22 @@ def test_a_policy_stuck_in_observe_is_detached(guest: Path) -> None:
     errors = [ln for ln in log.splitlines() if ln.startswith("scxctl: error:")]
     assert len(errors) == 1 and "policy misbehave did not return from observe() within 100 ms" in errors[0]
     assert read(guest, "stuck.after").strip() == "state=disabled"
+
+
+def test_a_worker_woken_to_reply_is_mixed_a_spinner_woken_to_spin_is_batch(guest: Path) -> None:
+    """Both average bursts over the bound (5 ms): the worker's 14 ms of work and its short burst
+    before a 0.2 ms sleep, the spinner's 10 ms. BPF's shortest burst per record tells them apart:
+    the worker is mixed (placed by BPF, no round trip), the spinner batch (its wake-ups decided,
+    but for those that find an idle CPU, which BPF places at once whatever the class)."""
+    assert read(guest, "classes.attach.rc").strip() == "0", read(guest, "classes.log")[-2000:]
+    last = stats(read(guest, "classes.log"))[-1]
+    print(f"\nclasses: worker {last['policy_class_worker']}, spinner {last['policy_class_spinner']}; "
+          f"sync wake-ups {last['nr_sync']}, reclassified {last['policy_reclassified']}")
+    assert (last["policy_class_worker"], last["policy_class_spinner"]) == (MIXED, BATCH), last
+    # the spinner's wake-ups that found no idle CPU went to decide() (in one boot 109 of its 484
+    # requests); the worker's did not, but for those before its first short burst was reported
+    decided = (last["policy_decided_worker"], last["policy_decided_spinner"])
+    print(f"requests served: worker {read(guest, 'served-worker.txt').strip()}, "
+          f"spinner {read(guest, 'served-spinner.txt').strip()}; decided (worker, spinner): {decided}")
+    assert decided[1] >= 20 and decided[0] <= 5, decided
+    assert read(guest, "classes.rc").strip() == "0"

@@ -20,7 +20,16 @@ from __future__ import annotations
 
 import os
 
-from scxctl.pyland.policy import NSEC_PER_MSEC, PYLAND_CPU_ANY, Decision, Params, Policy, PolicyOptions, Task
+from scxctl.pyland.policy import (
+    NSEC_PER_MSEC,
+    PYLAND_CPU_ANY,
+    SCX_ENQ_WAKEUP,
+    Decision,
+    Params,
+    Policy,
+    PolicyOptions,
+    Task,
+)
 
 INTERACTIVE_NAMES = frozenset(name.ljust(16, b"\0") for name in (b"Xorg", b"kwin_wayland", b"pipewire"))
 BACKGROUND_CGROUPS = ("/sys/fs/cgroup/build.slice", "/sys/fs/cgroup/system.slice/backup.service")
@@ -46,9 +55,11 @@ class Classify(Policy):
         }
 
     def observe(self, task: Task, params: Params) -> bool:
+        # a BACKGROUND task's wake-up comes here before decide(), its record counting that wake-up
+        slept = task.nr_wakeups > (1 if task.flags & SCX_ENQ_WAKEUP else 0)
         if task.comm in INTERACTIVE_NAMES:
             cls = INTERACTIVE
-        elif task.cgroup_id in self.background_ids or (task.nr_wakeups == 0 and task.run_ns > self.busy_ns):
+        elif task.cgroup_id in self.background_ids or (not slept and task.run_ns > self.busy_ns):
             cls = BACKGROUND
         else:
             cls = DEFAULT

@@ -20,8 +20,9 @@ The kernel/user hand-off rules of a user-space scheduler shape every line here:
 - a decision's pid and generation are the record's, whatever the policy wrote: a wrong one would
   leave its task waiting for a decision that never comes;
 - steer mode: the `reports` ring (what tasks did, never waking the loop) is read after the queued
-  one, each report goes to observe(), and the parameters it returns True for are written to the
-  same user ring as the decisions (an update, told apart by its size), as are set_class() changes.
+  one; each report, and each queued (sync) record before its decide(), goes to observe(), and the
+  parameters it returns True for are written to the same user ring as the decisions (an update,
+  told apart by its size, ahead of the record's decision), as are set_class() changes.
   A value that does not fit its C field is saturated here and counted (BPF clamps the rest).
 """
 
@@ -279,14 +280,17 @@ class SchedulerLoop:
             (task.pid, task.cpu, task.nr_cpus_allowed, task.flags, task.start_ts, task.stop_ts,
              task.exec_runtime, task.weight, task.placed, task.vtime, task.enq_cnt, task.comm,
              task.cgroup_id, task.throttled, task.run_ns, task.kind, task.nr_wakeups, task.waker,
-             task.class_id, task.deadline, task.sleep_ns) = rec
+             task.class_id, task.deadline, task.sleep_ns, task.min_burst_ns) = rec
             try:  # zero-cost unless it raises (3.11+); only the policy's own errors are wrapped
-                if task.kind == REC_REPORT and observe is not None:
+                if observe is not None:
+                    # every record, a sync wake-up's too: its counters start again once it is sent,
+                    # and what a task did before a wake-up would otherwise never reach observe()
                     observed += 1
                     params.reset()
                     if observe(task, params):
                         send(task.pid, params)
-                    continue
+                    if task.kind == REC_REPORT:
+                        continue
                 decide(task, decision)
             except Exception as exc:
                 counters[POLICY_SINCE] = 0

@@ -4,7 +4,8 @@ Steer mode (the default for a policy that defines observe() or class_params()): 
 task itself from the parameters the policy set for it or its class, and the loop calls
 ``policy.observe(task, params)`` with each task's report of what it did; a policy that returns True
 has the Params it filled sent to BPF. Tasks whose parameters say `sync`, and every task in
-round-trip mode, wait for ``policy.decide(task, decision)`` instead.
+round-trip mode, wait for ``policy.decide(task, decision)`` instead; in steer mode such a record
+goes to observe() first, since it carries what the task did since its previous record.
 
 The loop reuses ONE Task, ONE Params and ONE Decision for every record, so the hot path allocates
 nothing; a policy must fill every Decision field (and the Params it returns True for) and must not
@@ -61,6 +62,7 @@ TASK_FIELDS = (
     "class_id",
     "deadline",
     "sleep_ns",
+    "min_burst_ns",
 )
 DECISION_FIELDS = ("pid", "cpu", "preempt", "direct_wake", "slice_ns", "deadline", "vtime", "enq_cnt")
 
@@ -91,6 +93,7 @@ class Task:
     class_id: int  # its class now (steer mode)
     deadline: int  # steer mode: the deadline BPF placed this enqueue by (never 0); 0 in round-trip mode
     sleep_ns: int  # ns it slept since its previous record
+    min_burst_ns: int  # its shortest burst (CPU time from a wake-up to a sleep) ended since then; 0: none
 
     def __init__(
         self,
@@ -116,6 +119,7 @@ class Task:
         class_id: int = 0,
         deadline: int = 0,
         sleep_ns: int = 0,
+        min_burst_ns: int = 0,
     ) -> None:
         self.pid = pid
         self.cpu = cpu
@@ -138,6 +142,7 @@ class Task:
         self.class_id = class_id
         self.deadline = deadline
         self.sleep_ns = sleep_ns
+        self.min_burst_ns = min_burst_ns
 
     @property
     def comm_text(self) -> str:
@@ -302,8 +307,9 @@ class Policy:
         raise NotImplementedError
 
     def observe(self, task: Task, params: Params) -> bool:
-        """Steer mode: `task` reports what it did since its last record. Fill `params` (it arrives
-        at the defaults) and return True to have them applied to the task; False changes nothing."""
+        """Steer mode: `task` reports what it did since its last record (a report, or a sync
+        wake-up just before its decide()). Fill `params` (it arrives at the defaults) and return True
+        to have them applied to the task; False changes nothing."""
         return False
 
     def class_params(self) -> dict[int, Params]:

@@ -40,8 +40,8 @@ MSG_LEN = 1024
 
 # struct pyland_task: pid, cpu, nr_cpus_allowed, flags, start_ts, stop_ts, exec_runtime, weight,
 # placed, vtime, enq_cnt, comm[16], cgroup_id, throttled, run_ns, kind, nr_wakeups, waker, class_id,
-# deadline, sleep_ns
-TASK = struct.Struct("=iiIIQQQIIQQ16sQQQIIiIQQ")
+# deadline, sleep_ns, min_burst_ns
+TASK = struct.Struct("=iiIIQQQIIQQ16sQQQIIiIQQQ")
 # struct pyland_decision: pid, cpu, flags, slice_ns, deadline, vtime, enq_cnt
 DECISION = struct.Struct("=iiQQQQQ")
 # struct pyland_update: pid, class_id, own, pad, sent_at, then struct pyland_params: slice_ns, lag_ns,
@@ -147,5 +147,5 @@ EXIT_OFFSET = 8 * len(SHARED_COUNTERS)
 EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")
 SHARED_SIZE = EXIT_OFFSET + EXIT_INFO.size
 
-assert TASK.size == 136 and DECISION.size == 48 and UPDATE.size == 56 and CONFIG.size == 112
+assert TASK.size == 144 and DECISION.size == 48 and UPDATE.size == 56 and CONFIG.size == 112
 assert SHARED_SIZE == 1664

@@ -1,15 +1,20 @@
 """The "deadline" policy (default): vruntime + deadline with burst tracking and a wake-up boost.
 
 Steer mode (the default): BPF keeps the vruntime and deadlines, and places every task at once; the
-policy only classifies. From each task's reports it tracks the average burst (CPU time between two
-wake-ups: run_ns / nr_wakeups; for a task that did not wake at all in a report, at least the burst
-running now, exec_runtime; one long burst between wake-ups does not make a hog): a task whose bursts stay
-within a quarter of the budget is interactive (class 0: placed at once, never preempted by a
-wake-up); a longer one is batch (class 1: its wake-ups wait for decide(), which keeps BPF's
-deadline, and a waking task with an earlier deadline preempts it). A CPU-bound task seldom wakes,
-so its round trips cost little, and an interactive task runs before one that woke at the same
-time, and at once beside a hog. A task is told only when its class changes (its report carries
-the class BPF has for it).
+policy only classifies. From each task's records (its reports, and its sync wake-ups) it tracks
+the average burst (CPU time between two wake-ups: run_ns / nr_wakeups; for a task that did not
+wake at all in a report, at least the burst running now, exec_runtime; one long burst between
+wake-ups does not make a hog), and how often a record's shortest burst (min_burst_ns) was short:
+- a task whose bursts average within a quarter of the budget is interactive (class 0: placed at
+  once, never preempted by a wake-up);
+- a longer one that still often runs briefly after a wake-up is mixed (class 2: placed at once,
+  and preempted by a waking task with an earlier deadline). Such a task serves someone: a
+  request's worker that is woken to reply, then computes; its partner waits on its wake-ups;
+- one whose bursts are all long is batch (class 1: its wake-ups wait for decide(), which keeps
+  BPF's deadline, and it is preempted like a mixed task). A CPU-bound task seldom wakes, so its
+  round trips cost little, and the task that shares its CPU with it gets there first.
+An interactive task runs before one that woke at the same time, and at once beside a hog. A task
+is told only when its class changes (its record carries the class BPF has for it).
 
 Round-trip mode (--round-trip) makes every decision here, as follows.
 
@@ -76,19 +81,28 @@ BURST_CAP_BUDGETS = 5  # the deadline penalty grows up to 5 budgets (100 ms by d
 CHARGE_CAP_BUDGETS = 2  # one record charges at most 2 budgets (a placed task's come once a budget)
 BOOST_BUDGET_DIVISOR = 4  # bursts averaging at most budget / 4 (5 ms by default) are "short"
 INTERACTIVE = 0  # steer mode's classes: short bursts, placed by BPF at once
-BATCH = 1  # long bursts: wake-ups decided here
+BATCH = 1  # long bursts only: wake-ups decided here
+MIXED = 2  # long bursts on average, often a short one: placed by BPF, preemptible
+# How often a task's records showed a short burst: each record moves the score a quarter of the way
+# to SHORT_FULL (it showed one) or to 0. A short burst in every other record settles at 110-146, in
+# every fourth at 40-94; a task becomes mixed at MIXED_ENTER (one short burst from nothing) and
+# stays mixed down to MIXED_KEEP (from MIXED_ENTER, four records in a row without one).
+SHORT_FULL = 256
+MIXED_ENTER = 64
+MIXED_KEEP = 24
 
 
 class _Burst:
     """Burst history of the task that last used this table entry."""
 
-    __slots__ = ("avg", "last_stop", "pid", "run", "vtime")
+    __slots__ = ("avg", "last_stop", "pid", "run", "short", "vtime")
 
     def __init__(self) -> None:
         self.pid = -1  # no task: pids are >= 0
         self.last_stop = 0  # stop_ts of the run segment already counted
         self.run = 0  # CPU time since the last wake-up, from the segments counted
         self.avg = -1  # moving average of completed bursts (ns, halved each time); -1: unknown
+        self.short = 0  # steer mode: how often its records showed a short burst (0..SHORT_FULL)
         self.vtime = 0  # the vruntime last decided, should that decision never reach the task
 
     def take(self, pid: int) -> None:
@@ -97,6 +111,7 @@ class _Burst:
         self.last_stop = 0
         self.run = 0
         self.avg = -1
+        self.short = 0
         self.vtime = 0
 
 
@@ -147,7 +162,11 @@ class DeadlinePolicy(Policy):
         return b
 
     def class_params(self) -> dict[int, Params]:
-        return {INTERACTIVE: Params(), BATCH: Params(sync=True, preemptible=True)}
+        return {
+            INTERACTIVE: Params(),
+            BATCH: Params(sync=True, preemptible=True),
+            MIXED: Params(preemptible=True),
+        }
 
     def observe(self, task: Task, params: Params) -> bool:
         b = self._entry(task.pid)
@@ -157,8 +176,17 @@ class DeadlinePolicy(Policy):
             b.avg = burst = burst if b.avg < 0 else (b.avg + burst) >> 1
         else:  # not one wake-up in a report period: its burst is at least the one running now
             burst = task.exec_runtime if task.exec_runtime > b.avg else b.avg
-        cls = BATCH if burst > self._boost_ns else INTERACTIVE
-        if cls == task.class_id:  # the report says what BPF has now
+        # an average of long and short bursts is long: the shortest one says whether it also runs briefly
+        short = 0 < task.min_burst_ns <= self._boost_ns
+        b.short += ((SHORT_FULL if short else 0) - b.short) >> 2
+        # a mixed task's average swings around the bound: back to interactive only well under it
+        if burst <= (self._boost_ns >> 1 if task.class_id == MIXED else self._boost_ns):
+            cls = INTERACTIVE
+        elif b.short >= (MIXED_KEEP if task.class_id == MIXED else MIXED_ENTER):
+            cls = MIXED
+        else:
+            cls = BATCH
+        if cls == task.class_id:  # the record says what BPF has now
             return False
         params.class_id = cls
         self.nr_reclassified += 1
