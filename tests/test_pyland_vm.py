@@ -221,10 +221,11 @@ def test_stress_mix_runs_30s_without_ejection(guest: Path) -> None:
     assert last["nr_usersched_runs"] > 0
     assert_watchdog_slept(last, 120)  # 30 s of stress: a watchdog looking all the time, over 1 200
     if mode_of(guest) == "steer":
-        # BPF placed the tasks; the policy learnt from reports and moved the hogs to its batch class,
-        # whose wake-ups it decides. (Wake-up preemption is test_pyland_steer_vm's: here a hog has
-        # mostly waited behind thousands of sleepers before it runs, and its deadline is then the
-        # earlier one: 0 and 1 preemptions in two 30 s runs.)
+        # BPF placed the tasks; the policy learnt from reports (and from the records of the wake-ups
+        # it decided) and moved the hogs to its batch class, whose wake-ups it decides. (Wake-up
+        # preemption is test_pyland_steer_vm's: here a hog has mostly waited behind thousands of
+        # sleepers before it runs, and its deadline is then the earlier one: 0 and 1 preemptions
+        # in two 30 s runs.)
         steered = [s["nr_steered"] for s in stats]
         assert steered == sorted(steered) and steered[-1] > steered[0] > 0
         assert last["observed"] > 0 and last["nr_reports"] >= last["observed"]

@@ -285,11 +285,11 @@ class SchedulerLoop:
                 if observe is not None:
                     # every record, a sync wake-up's too: its counters start again once it is sent,
                     # and what a task did before a wake-up would otherwise never reach observe()
-                    observed += 1
                     params.reset()
                     if observe(task, params):
                         send(task.pid, params)
                     if task.kind == REC_REPORT:
+                        observed += 1
                         continue
                 decide(task, decision)
             except Exception as exc:
