@@ -216,6 +216,7 @@ struct pyland_shared {
 	__u64 nr_preempt_gated;		/* steer: preemptions refused: the CPU was preempted under a gap ago */
 	__u64 nr_preempt_other;		/* steer: of nr_wake_preempts, those of a CPU not the task's own */
 	__u64 nr_weight_preempts;	/* steer: of nr_wake_preempts, those of a lighter task (weight) */
+	__u64 nr_peer_preempts;		/* steer: of nr_wake_preempts, of a preemptible task by another */
 	__u64 nr_reports;		/* steer: records submitted to `reports` */
 	__u64 nr_report_drops;		/* steer: reports lost to a full `reports` ring */
 	__u64 nr_updates;		/* steer: parameter updates applied */

@@ -77,6 +77,7 @@ struct cpu_ctx {
 	u64 rescue_scan_at;	/* last starvation scan of this CPU's DSQ (see rescue_starved) */
 	/* steer: the running task, for wake_preempts: its class, or its own params' preemptibility */
 	u64 preempted_at;	/* when a wake-up last preempted this CPU */
+	u64 running_at;		/* when the running task began to run here */
 	s32 running_pid;
 	u32 running_class;
 	u32 running_weight;	/* its weight when it began to run (nice 0: 100) */

@@ -105,6 +105,7 @@ static __always_inline void steer_charge(struct task_struct *p, struct task_ctx 
 /* what wake_preempts needs to know of the task running on a CPU: its class, or its own params */
 static __always_inline void note_running(struct cpu_ctx *cctx, struct task_struct *p, struct task_ctx *tctx)
 {
+	cctx->running_at = tctx->start_ts;
 	cctx->running_pid = p->pid;
 	cctx->running_class = tctx->class_id;
 	cctx->running_own = tctx->own_params;
@@ -174,29 +175,41 @@ static __always_inline s32 steer_select_cpu(struct task_struct *p, struct task_c
 
 /*
  * Does the waking task preempt the task running on `cpu`? Only one with a later deadline (the
- * scheduler, kernel threads and idle CPUs have none: running_deadline 0), and only when either
+ * scheduler, kernel threads and idle CPUs have none: running_deadline 0), and only when
  * - the running task is one the policy made preemptible (a CPU hog) and the waking one is not:
  *   a preemption then always hands a hog's CPU to a task that is never preempted in turn, so no
  *   chain of wakers preempts each other (a preemption storm), and no more preemptions happen than
  *   the hog gets its CPU back; or
+ * - both are preemptible (two workers that alternate short replies and long requests) and the
+ *   running one's deadline, moved on by what it has run since it began, is the later: without it
+ *   a worker woken to reply waits out its peer's whole slice. The preempted task does not preempt
+ *   back (only wake-ups do), and as it runs a task's deadline only moves away; or
  * - the running task is lighter (a smaller weight, a higher nice): whatever their classes, a
  *   niced background job must not hold a CPU for a slice against a wake-up of normal weight.
  *   Each such preemption hands the CPU to a strictly heavier task, so these cannot chain back.
- * And at most one per preempt_gap_ns on a CPU.
+ * And at most one per preempt_gap_ns on a CPU, which bounds what any storm could cost.
  */
 static __always_inline bool wake_preempts(struct task_struct *p, struct task_ctx *tctx,
 					  const struct pyland_params *pp, s32 cpu, u64 now)
 {
 	struct cpu_ctx *cctx;
-	bool lighter;
+	u64 running_deadline;
+	bool lighter, peer;
 
 	if (!cfg.preempt_gap_ns || cpu < 0 || cpu >= MAX_CPUS || !bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
 		return false;
 	cctx = lookup_cpu_ctx(cpu);
-	if (!cctx || !cctx->running_deadline || (s64)(tctx->deadline - cctx->running_deadline) >= 0)
+	if (!cctx || !cctx->running_deadline)
 		return false;
+	running_deadline = cctx->running_deadline;
 	lighter = cctx->running_weight < params_weight(pp, p);
-	if (!lighter && ((pp && (pp->flags & PYLAND_PARAM_PREEMPTIBLE)) || !running_preemptible(cctx)))
+	peer = !lighter && pp && (pp->flags & PYLAND_PARAM_PREEMPTIBLE);
+	if (!lighter && !running_preemptible(cctx))
+		return false;
+	if (peer)	/* scaled as steer_charge() charges it (params_weight() is never 0) */
+		running_deadline += pyl_elapsed(now, cctx->running_at) * NICE0_WEIGHT /
+				    (cctx->running_weight ?: NICE0_WEIGHT);
+	if ((s64)(tctx->deadline - running_deadline) >= 0)
 		return false;
 	if (pyl_elapsed(now, cctx->preempted_at) < cfg.preempt_gap_ns) {
 		__sync_fetch_and_add(&shared.nr_preempt_gated, 1);
@@ -206,6 +219,8 @@ static __always_inline bool wake_preempts(struct task_struct *p, struct task_ctx
 	__sync_fetch_and_add(&shared.nr_wake_preempts, 1);
 	if (lighter)
 		__sync_fetch_and_add(&shared.nr_weight_preempts, 1);
+	else if (peer)
+		__sync_fetch_and_add(&shared.nr_peer_preempts, 1);
 	return true;
 }
 

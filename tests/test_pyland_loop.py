@@ -309,6 +309,8 @@ def test_run_sleeps_on_epoll_and_wakes_for_records(harness: Harness) -> None:
     loop.run(should_stop, service, wait_s=0.01)
     assert loop.stats.consumed == 30
     assert loop.stats.waits >= 2
+    # the service's own cost is counted apart from the batches' (feeding 30 records takes a while)
+    assert loop.stats.services == 3 and loop.stats.max_service_wall_ns > 0
     harness.drain()
     assert harness.results()["drained"] == 30
 
@@ -373,6 +375,20 @@ def test_reports_reach_observe_and_class_changes_reach_bpf(harness: Harness) -> 
     assert harness.drain() == 1
     r = harness.results()
     assert (r["updates"], r["upd_pid"], r["upd_class"]) == (4, 3005, 0)
+
+
+def test_a_batch_of_reports_alone_does_not_yield(harness: Harness) -> None:
+    """A yield hands BPF the CPU to drain decisions; reports need none, and a yield would give the
+    loop a second turn on a busy CPU. A queued record in the batch still yields."""
+    loop = harness.loop(load_policy("deadline", PolicyOptions(nr_cpus=2)), steer=True)
+    harness.feed_reports(3, pid_base=3000, nr_wakeups=1, run_ns=50 * MS)
+    assert loop.step() == 3
+    assert (harness.yields, loop.stats.yields, loop.stats.batches) == (0, 0, 1)
+    assert harness.shared.counters[NR_SCHEDULED] == 0  # nothing left to drain for a task
+    harness.feed(2)
+    harness.feed_reports(1, pid_base=3100)
+    assert loop.step() == 3
+    assert (harness.yields, loop.stats.yields, loop.stats.batches) == (1, 1, 2)
 
 
 def test_reports_are_not_read_in_round_trip_mode(harness: Harness) -> None:

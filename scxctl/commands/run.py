@@ -133,13 +133,14 @@ def _summary(loop: dict[str, int], bpf: dict[str, int], restarts: int) -> str:
         f"pyland: {bpf['nr_steered']} placed by BPF on the policy's parameters, {loop['observed']} "
         f"reports observed, {bpf['nr_updates']} parameter updates, {bpf['nr_wake_preempts']} wake-up "
         f"preemptions ({bpf['nr_preempt_other']} of another CPU, {bpf['nr_weight_preempts']} of a lighter "
-        f"task); {loop['consumed']} tasks queued to "
-        f"Python, {loop['written']} decisions, "
+        f"task, {bpf['nr_peer_preempts']} of a preemptible task by another); "
+        f"{loop['consumed']} tasks queued to Python, {loop['written']} decisions, "
         f"{bpf['nr_dispatched']} applied, {bpf['nr_stale']} stale, {bpf['nr_ring_full']} ring-full and "
         f"{bpf['nr_backlog']} backlog fallbacks, {bpf['nr_direct']} direct (idle CPU), "
         f"{bpf['nr_kthread']} kthreads, {bpf['nr_stalled']} placed while the policy overran, "
         f"{restarts} restarts; loop CPU "
-        f"{loop['busy_cpu_ns'] / 1e6:.1f} ms, wall {loop['busy_wall_ns'] / 1e6:.1f} ms"
+        f"{loop['busy_cpu_ns'] / 1e6:.1f} ms, wall {loop['busy_wall_ns'] / 1e6:.1f} ms in batches, "
+        f"{loop['service_cpu_ns'] / 1e6:.1f} ms in {loop['services']} services"
     )
 
 

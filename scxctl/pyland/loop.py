@@ -5,7 +5,8 @@ The kernel/user hand-off rules of a user-space scheduler shape every line here:
   no queue);
 - after each batch it publishes nr_consumed / nr_written / nr_scheduled, and when the pool is empty
   (every decision written) it publishes completion (nr_scheduled = 0) and THEN sched_yield()s, so the
-  BPF side drains the decisions on this CPU before the scheduler runs again;
+  BPF side drains the decisions on this CPU before the scheduler runs again (a batch of reports
+  alone decides nothing and does not yield);
 - a full user ring never drops a decision: the rest of the batch waits in a small pending list
   (the pool), which is retried after a yield;
 - the hot path has no logging and allocates one small tuple per record (the decision's values):
@@ -66,6 +67,9 @@ def discard_records(reader: Reader) -> int:
         out.clear()
     return dropped
 DEFAULT_WAIT_S = 0.1  # epoll timeout when idle: also the period of stats, exit checks and reports
+# steer mode: no task waits for the timer (a sync wake-up's record wakes the loop at once), and each
+# turn costs a CPU the workload wants (about 2 ms under TCG), so reports are read in fewer turns
+STEER_WAIT_S = 0.25
 U32_MAX = (1 << 32) - 1
 S32_MIN, S32_MAX = -(1 << 31), (1 << 31) - 1
 U64_MAX = (1 << 64) - 1
@@ -112,6 +116,9 @@ class LoopStats:
     busy_cpu_ns: int = 0  # thread CPU time spent processing batches
     max_batch_wall_ns: int = 0
     max_batch_cpu_ns: int = 0
+    services: int = 0  # periodic service runs (stats, exit and attach checks)
+    service_cpu_ns: int = 0  # thread CPU time spent in them
+    max_service_wall_ns: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -258,6 +265,11 @@ class SchedulerLoop:
         else:
             # completion first, then give the CPU back so ops.dispatch drains our decisions
             counters[NR_SCHEDULED] = 0
+            if n == 0:
+                # reports only: no task waits for a decision, and the updates are drained by the
+                # next dispatch on any CPU (at the latest when the loop sleeps): a yield would only
+                # give the loop a second turn on a CPU the workload wants
+                return reported
         self.yield_fn()
         st.yields += 1
         return n + reported
@@ -327,12 +339,19 @@ class SchedulerLoop:
             poll = ep.poll
             monotonic = time.monotonic
             next_service = monotonic() + wait_s
+            st = self.stats
             while not should_stop():
                 busy = step() > 0 or bool(self._pending)
                 now = monotonic()
                 if now >= next_service:
+                    cpu0 = time.thread_time_ns()
                     service()
                     next_service = monotonic() + wait_s
+                    st.services += 1
+                    st.service_cpu_ns += time.thread_time_ns() - cpu0
+                    wall = int((next_service - wait_s - now) * 1e9)
+                    if wall > st.max_service_wall_ns:
+                        st.max_service_wall_ns = wall
                 elif not busy:
                     self.stats.waits += 1
                     poll(next_service - now)

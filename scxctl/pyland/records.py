@@ -122,6 +122,7 @@ SHARED_COUNTERS = (
     "nr_preempt_gated",
     "nr_preempt_other",
     "nr_weight_preempts",
+    "nr_peer_preempts",
     "nr_reports",
     "nr_report_drops",
     "nr_updates",
@@ -148,4 +149,4 @@ EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")
 SHARED_SIZE = EXIT_OFFSET + EXIT_INFO.size
 
 assert TASK.size == 144 and DECISION.size == 48 and UPDATE.size == 56 and CONFIG.size == 112
-assert SHARED_SIZE == 1664
+assert SHARED_SIZE == 1672

@@ -47,7 +47,7 @@ from scxctl.errors import ExitCode
 from scxctl.pyland.bpf_config import PylandConfig
 from scxctl.pyland.cgroup_report import CgroupReport
 from scxctl.pyland.hardening import harden, set_up_priority
-from scxctl.pyland.loop import PolicyFailed, SchedulerLoop, discard_records
+from scxctl.pyland.loop import DEFAULT_WAIT_S, STEER_WAIT_S, PolicyFailed, SchedulerLoop, discard_records
 from scxctl.pyland.options import RunOptions
 from scxctl.pyland.policies.loader import load_policy
 from scxctl.pyland.policy import NSEC_PER_MSEC, NSEC_PER_USEC, Policy, PolicyOptions
@@ -442,7 +442,8 @@ class Scheduler:
             self._in_loop = True
             # the BPF heartbeat judges the loop from here, not from the attach (check_progress)
             self.shared.counters[PROGRESS_AT] = time.monotonic_ns()
-            self.loop.run(self._stop, self._service, extra_fds=(rfd,))
+            self.loop.run(self._stop, self._service, extra_fds=(rfd,),
+                          wait_s=STEER_WAIT_S if self.steer else DEFAULT_WAIT_S)
         except PolicyFailed as exc:
             failure = exc
         except (PolicyStuck, StopRequested):
