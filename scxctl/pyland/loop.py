@@ -346,14 +346,15 @@ class SchedulerLoop:
                 if now >= next_service:
                     cpu0 = time.thread_time_ns()
                     service()
-                    next_service = monotonic() + wait_s
+                    after = monotonic()
+                    next_service = after + wait_s
                     st.services += 1
                     st.service_cpu_ns += time.thread_time_ns() - cpu0
-                    wall = int((next_service - wait_s - now) * 1e9)
+                    wall = int((after - now) * 1e9)
                     if wall > st.max_service_wall_ns:
                         st.max_service_wall_ns = wall
                 elif not busy:
-                    self.stats.waits += 1
+                    st.waits += 1
                     poll(next_service - now)
         finally:
             ep.close()
