@@ -256,6 +256,19 @@ def test_example_classify_by_name_cgroup_and_behaviour() -> None:
     assert policy.observe(woke, params) is True and params.class_id != hog.class_id
 
 
+def test_example_classify_knows_a_hog_by_its_sleeps_not_its_cpu_share() -> None:
+    """A report covers at least a report period (100 ms): a hog that shared its CPU with two others
+    ran a third of it and never slept; a sleeper ran longer and woke often; a task runnable all
+    along but starved ran less than a slice."""
+    policy = load_policy(str(EXAMPLES / "classify.py"), OPTS)
+    shared_hog = reports(policy, Task(pid=2, comm=b"stress-ng-cpu", nr_wakeups=0, run_ns=33_000_000))
+    assert shared_hog is not None and policy.class_params()[shared_hog.class_id].weight == 25
+    assert reports(policy, Task(pid=3, comm=b"stress-ng-sleep", nr_wakeups=40, run_ns=60_000_000)) is None
+    starved = Task(pid=4, comm=b"new", nr_wakeups=0, run_ns=OPTS.min_slice_ns - 1)
+    assert reports(policy, starved) is None
+    assert policy.stats() == {"class_moves": 1, "to_background": 1}
+
+
 def test_example_round_robin_gives_heavy_tasks_their_own_slice_once() -> None:
     policy = load_policy(str(EXAMPLES / "round_robin.py"), OPTS)
     assert policy.class_params()[0].fifo is True

@@ -4,7 +4,8 @@ For fifo and each example policy file: `scxctl run --policy SPEC` attaches (stat
 pyland), survives an 8 s stress-ng cpu+sleep+pipe mix, reports a counter of what the policy did in
 its summary lines, and detaches on SIGTERM with status 0. Each policy runs in steer mode, where a
 counter of its steering grows (the fifo class only sets parameters once: BPF's placements count),
-and fifo and round_robin also in the synchronous mode (--round-trip), where decide() counts. Then
+and fifo and round_robin also in the synchronous mode (--round-trip), where decide() counts; the
+classify example moves the cpu stressors, and no sleeper, to its background class. Then
 the policy benchmark runs once under the guest's Python (Debian trixie's 3.13), which proves the
 policy code runs there; its timings are distorted by TCG and are not used.
 """
@@ -22,6 +23,7 @@ pytestmark = [pytest.mark.vm, pytest.mark.tcg_single]
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "policies"
 GUEST_EXAMPLES = "/tmp/policy-examples"  # examples/ is not part of the guest's /opt/scxctl tree
+SLEEPERS = 1024  # threads of each of the two stress-ng sleep stressors (its default)
 # name: (policy spec, `scxctl run` options, the counter of the summary lines that must grow)
 SPECS = {
     "fifo": ("fifo", "", "nr_steered"),
@@ -41,7 +43,8 @@ run_policy() {  # run_policy NAME SPEC [OPTIONS]
     snap "$1.attached"
     # a stats line before the load: counters that move once per task (a class change) grow after it
     for _ in $(seq 1 100); do grep -q '"pyland stats"' "$R/$1.log" && break; sleep 0.1; done
-    stress-ng --cpu 2 --sleep 2 --pipe 1 --timeout 8s >"$R/$1.stress.txt" 2>&1; echo $? >"$R/$1.stress.rc"
+    stress-ng --cpu 2 --sleep 2 --sleep-max @SLEEPERS@ --pipe 1 --timeout 8s >"$R/$1.stress.txt" 2>&1
+    echo $? >"$R/$1.stress.rc"
     snap "$1.after_stress"
     kill -TERM $pid
     wait $pid; echo $? >"$R/$1.rc"
@@ -60,7 +63,8 @@ exit 0
 def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     runs = "\n".join(f"run_policy {name} {spec} '{opts}'" for name, (spec, opts, _) in SPECS.items())
     script = tmp_path_factory.mktemp("policy") / "policy_scenario.sh"
-    script.write_text(SCENARIO.replace("@RUNS@", runs).replace("@EXAMPLES@", GUEST_EXAMPLES))
+    script.write_text(SCENARIO.replace("@RUNS@", runs).replace("@EXAMPLES@", GUEST_EXAMPLES)
+                      .replace("@SLEEPERS@", str(SLEEPERS)))
     copy = [(str(script), "/tmp/policy_scenario.sh"), (str(EXAMPLES), GUEST_EXAMPLES)]
     res = vm.run("bash /tmp/policy_scenario.sh", timeout=900, cpus=2, mem="2G", copy=copy)
     assert res.returncode == 0, f"guest run failed ({res.message}): {res.output[-3000:]}"
@@ -88,6 +92,17 @@ def test_policy_counters_reach_the_summary_lines(guest: Path, name: str) -> None
     # the first line comes before the stress starts: what an idle guest did before it is not
     # asked for, only growth under the load (new tasks, hogs changing class)
     assert values[-1] > values[0] >= 0
+
+
+def test_classify_moves_the_cpu_hogs_and_no_sleeper(guest: Path) -> None:
+    """The two stress-ng cpu stressors never sleep: each is moved to BACKGROUND however little of its
+    CPU it gets beside the rest of the mix (a wake-up moves a hog back, so one may move more than
+    once). The sleep stressors' threads wake every few milliseconds: had they been taken for hogs,
+    thousands would have moved."""
+    log = read(guest, "classify.log")
+    stats = [e for e in json_lines(log) if e.get("event") == "pyland stats"]
+    moved = stats[-1]["policy_to_background"] - stats[0]["policy_to_background"]
+    assert 2 <= moved < SLEEPERS, log[-2000:]
 
 
 def test_policies_run_under_the_guest_python(guest: Path) -> None:

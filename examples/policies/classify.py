@@ -10,7 +10,8 @@ task in one from its reports, and BPF places every task by its class's parameter
 - BACKGROUND (2): the tasks of the cgroups in BACKGROUND_CGROUPS (e.g. a build's slice), and any
   task that ran through a whole report period without sleeping: weight 25 (about nice 6), a 20 ms
   slice, their wake-ups decided here (sync), behind everyone else's, and preempted by any task
-  that wakes with an earlier deadline;
+  that wakes with an earlier deadline. A hog is known by never sleeping, not by its CPU share: two
+  hogs sharing a CPU, on a machine busy with anything else, each get half of it or less;
 - everything else stays in class 0: BPF's defaults.
 
 A task is told only when its class changes: its report says which class BPF has for it.
@@ -43,9 +44,13 @@ class Classify(Policy):
         super().__init__(options)
         # a cgroup's id is its directory's inode number (Task.cgroup_id); ones that do not exist are skipped
         self.background_ids = frozenset(os.stat(p).st_ino for p in BACKGROUND_CGROUPS if os.path.isdir(p))
-        self.busy_ns = 50 * NSEC_PER_MSEC  # CPU time without a wake-up in one report: a CPU hog
+        # a report covers at least one report period (100 ms): a task that slept through none of it
+        # and ran at least a slice is a CPU hog (one runnable all along but starved has run less,
+        # and is not pushed further back)
+        self.busy_ns = options.min_slice_ns
         self.turn = 0
         self.moves = 0
+        self.to_background = 0
 
     def class_params(self) -> dict[int, Params]:
         return {
@@ -59,13 +64,14 @@ class Classify(Policy):
         slept = task.nr_wakeups > (1 if task.flags & SCX_ENQ_WAKEUP else 0)
         if task.comm in INTERACTIVE_NAMES:
             cls = INTERACTIVE
-        elif task.cgroup_id in self.background_ids or (not slept and task.run_ns > self.busy_ns):
+        elif task.cgroup_id in self.background_ids or (not slept and task.run_ns >= self.busy_ns):
             cls = BACKGROUND
         else:
             cls = DEFAULT
         if cls == task.class_id:  # the report says what BPF has now
             return False
         self.moves += 1
+        self.to_background += cls == BACKGROUND
         params.class_id = cls  # params arrive at the defaults: set what you want, return True
         return True
 
@@ -83,4 +89,4 @@ class Classify(Policy):
         decision.enq_cnt = task.enq_cnt
 
     def stats(self) -> dict[str, int]:
-        return {"class_moves": self.moves}
+        return {"class_moves": self.moves, "to_background": self.to_background}
