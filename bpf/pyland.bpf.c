@@ -1038,6 +1038,17 @@ void BPF_STRUCT_OPS(pyland_running, struct task_struct *p)
 		shared.vtime_now = tctx->deadline;
 }
 
+/* the CPU time of the run that began at start_ts, up to now, into what the next record carries */
+static __always_inline void account_run(struct task_struct *p, struct task_ctx *tctx, u64 now)
+{
+	if (now > tctx->start_ts) {
+		tctx->exec_runtime += now - tctx->start_ts;
+		tctx->run_ns += now - tctx->start_ts;
+		if (cfg.steer)
+			steer_charge(p, tctx, now - tctx->start_ts);
+	}
+}
+
 void BPF_STRUCT_OPS(pyland_stopping, struct task_struct *p, bool runnable)
 {
 	struct cpu_ctx *cctx = lookup_cpu_ctx(scx_bpf_task_cpu(p));
@@ -1053,12 +1064,7 @@ void BPF_STRUCT_OPS(pyland_stopping, struct task_struct *p, bool runnable)
 		return;
 	now = pyl_now();
 	tctx->stop_ts = now;
-	if (now > tctx->start_ts) {
-		tctx->exec_runtime += now - tctx->start_ts;
-		tctx->run_ns += now - tctx->start_ts;
-		if (cfg.steer)
-			steer_charge(p, tctx, now - tctx->start_ts);
-	}
+	account_run(p, tctx, now);
 	/*
 	 * Going to sleep ends a burst. The shortest one tells the policy what an average hides: a
 	 * task that alternates long and short bursts is waited on by someone, one whose every
@@ -1093,6 +1099,7 @@ static __always_inline bool usersched_waits(s32 cpu)
 void BPF_STRUCT_OPS(pyland_tick, struct task_struct *p)
 {
 	struct task_ctx *tctx;
+	u64 now;
 
 	learn_entry_migration_depth(p);	/* p is the current task here */
 	if (is_usersched(p))
@@ -1100,8 +1107,16 @@ void BPF_STRUCT_OPS(pyland_tick, struct task_struct *p)
 	/* cpu.max: charge the running task, and stop it if that used up its cgroup's quota */
 	if (bw_active() && (tctx = lookup_task_ctx(p)) && bw_tick(p, tctx))
 		return;
-	if (cfg.steer && (tctx = lookup_task_ctx(p)))
-		steer_report(p, tctx, pyl_now());
+	/*
+	 * A report from here carries the run going on, which then counts from now: a task that never
+	 * stops (alone on its CPU, its slice extended) would otherwise report no CPU time at all, and
+	 * a shorter burst than it runs. Steer mode only, where records frame no run by start_ts.
+	 */
+	if (cfg.steer && (tctx = lookup_task_ctx(p)) && steer_report_due(tctx, (now = pyl_now()))) {
+		account_run(p, tctx, now);
+		tctx->start_ts = now;
+		steer_report(p, tctx, now);
+	}
 	/*
 	 * The scheduler is runnable and waiting with work to do: end the current slice now so this
 	 * CPU goes through ops.dispatch, which runs the scheduler first (built-in DSQs: the kernel

@@ -314,11 +314,16 @@ static void steer_enqueue(struct task_struct *p, struct task_ctx *tctx, u64 enq_
  * ops.stopping and ops.tick (a task that never stops still reports). Submitted without waking the
  * loop, and not counted as work for it: a report must never cut a running task's slice.
  */
+static __always_inline bool steer_report_due(const struct task_ctx *tctx, u64 now)
+{
+	return pyl_elapsed(now, tctx->record_at) >= cfg.report_ns;
+}
+
 static void steer_report(struct task_struct *p, struct task_ctx *tctx, u64 now)
 {
 	struct pyland_task *rec;
 
-	if (pyl_elapsed(now, tctx->record_at) < cfg.report_ns)
+	if (!steer_report_due(tctx, now))
 		return;
 	rec = bpf_ringbuf_reserve(&reports, sizeof(*rec), 0);
 	if (!rec) {

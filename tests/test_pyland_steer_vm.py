@@ -13,7 +13,8 @@
   as a peer, its deadline moved on by what it ran (nr_peer_preempts);
 - a policy stuck in observe() is detached by the watchdog like one stuck in decide();
 - the built-in policy's classes from what BPF reports: a worker woken to reply (a short burst, a
-  short sleep, 14 ms of work) is mixed and placed by BPF, a task woken to spin 10 ms stays batch.
+  short sleep, 14 ms of work) is mixed and placed by BPF, a task woken to spin 10 ms stays batch;
+- a task spinning alone on its CPU reports the CPU time of the run going on.
 
 The default scheduler runs the same waker load first in the same boot, for the figures printed.
 """
@@ -28,12 +29,14 @@ import pytest
 from guest_files import SCENARIO_PRELUDE, json_lines, read
 
 from scxctl.bench.parsers import cyclictest
+from scxctl.pyland.options import RunOptions
 from scxctl.pyland.policies.deadline import BATCH, MIXED
-from scxctl.pyland.policy import DEFAULT_MIN_SLICE_NS, NSEC_PER_USEC
+from scxctl.pyland.policy import DEFAULT_MIN_SLICE_NS, NSEC_PER_MSEC, NSEC_PER_USEC
 
 pytestmark = pytest.mark.vm
 
 POLICIES = Path(__file__).resolve().parent / "policies"
+REPORT_NS = RunOptions.report_ms * NSEC_PER_MSEC  # `scxctl run`'s default report period
 SPREAD_IDLE_TICKS = 30  # a tenth of 3 s at USER_HZ 100: a CPU left idle shows about 300
 WAKER = "cyclictest -t 1 -i 1000 -D 6 -q -m -h 20000"  # one periodic waker (SCHED_OTHER)
 PAIR = "cyclictest -t 2 -i 1000 -D 5 -q -m -h 20000"  # two, the second every 1.5 ms
@@ -166,7 +169,11 @@ wait_state enabled 120; echo $? >"$R/classes.attach.rc"
 timeout 60 python3 /tmp/served.py worker 5 >"$R/served-worker.txt" 2>&1 &
 a=$!
 timeout 60 python3 /tmp/served.py spinner 5 >"$R/served-spinner.txt" 2>&1
-wait $a; sleep 1.2   # a stats line after both
+wait $a
+# 7b. a task spinning alone on its CPU: never stopped, it reports from the tick
+python3 -c 'import time; open("/proc/self/comm", "w").write("scxlone"); end = time.monotonic() + 3
+while time.monotonic() < end: pass'
+sleep 1.2   # a stats line after them all
 kill -TERM $pid; wait $pid; echo $? >"$R/classes.rc"
 wait_state disabled 30
 
@@ -230,6 +237,7 @@ WATCH_CLASSES = """
 from scxctl.pyland.policies.deadline import DeadlinePolicy
 
 NAMES = {b"scxworker".ljust(16, b"\\0"): "worker", b"scxspinner".ljust(16, b"\\0"): "spinner"}
+LONE = b"scxlone".ljust(16, b"\\0")
 
 
 class WatchClasses(DeadlinePolicy):
@@ -239,8 +247,11 @@ class WatchClasses(DeadlinePolicy):
         super().__init__(options)
         self.classes = {"worker": -1, "spinner": -1}
         self.decided = {"worker": 0, "spinner": 0}
+        self.lone_runs = []
 
     def observe(self, task, params):
+        if task.comm == LONE:
+            self.lone_runs.append(task.run_ns)
         changed = super().observe(task, params)
         who = NAMES.get(task.comm)
         if who is not None:
@@ -254,8 +265,10 @@ class WatchClasses(DeadlinePolicy):
             self.decided[who] += 1
 
     def stats(self):
+        runs = sorted(self.lone_runs)
         return {**super().stats(), **{f"class_{k}": v for k, v in self.classes.items()},
-                **{f"decided_{k}": v for k, v in self.decided.items()}}
+                **{f"decided_{k}": v for k, v in self.decided.items()},
+                "lone_reports": len(runs), "lone_median_run_ns": runs[len(runs) // 2] if runs else -1}
 """
 
 
@@ -425,3 +438,14 @@ def test_a_worker_woken_to_reply_is_mixed_a_spinner_woken_to_spin_is_batch(guest
           f"spinner {read(guest, 'served-spinner.txt').strip()}; decided (worker, spinner): {decided}")
     assert decided[1] >= 20 and decided[0] <= 5, decided
     assert read(guest, "classes.rc").strip() == "0"
+
+
+def test_a_task_alone_on_its_cpu_reports_its_cpu_time(guest: Path) -> None:
+    """A task spinning alone on its CPU never stops (ops.dispatch extends its slice), so it reports
+    from ops.tick, which must carry the run going on: that report counting only finished runs
+    said 0 ns each time, and its burst shorter than it is."""
+    last = stats(read(guest, "classes.log"))[-1]
+    print(f"\nalone on its CPU for 3 s: {last['policy_lone_reports']} reports, median run "
+          f"{last['policy_lone_median_run_ns'] / 1e6:.1f} ms")
+    assert last["policy_lone_reports"] >= 10, last
+    assert last["policy_lone_median_run_ns"] >= REPORT_NS // 2, last
