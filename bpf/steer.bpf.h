@@ -309,16 +309,16 @@ static void steer_enqueue(struct task_struct *p, struct task_ctx *tctx, u64 enq_
 	steer_place(p, tctx, pp, enq_flags, now);
 }
 
-/*
- * What the task did since its last record, for observe(): at most once per report_ns, from
- * ops.stopping and ops.tick (a task that never stops still reports). Submitted without waking the
- * loop, and not counted as work for it: a report must never cut a running task's slice.
- */
 static __always_inline bool steer_report_due(const struct task_ctx *tctx, u64 now)
 {
 	return pyl_elapsed(now, tctx->record_at) >= cfg.report_ns;
 }
 
+/*
+ * What the task did since its last record, for observe(): at most once per report_ns, from
+ * ops.stopping and ops.tick (a task that never stops still reports). Submitted without waking the
+ * loop, and not counted as work for it: a report must never cut a running task's slice.
+ */
 static void steer_report(struct task_struct *p, struct task_ctx *tctx, u64 now)
 {
 	struct pyland_task *rec;
