@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from tests.guest_files import SCENARIO_PRELUDE, read, steady_rate
+from tests.guest_files import SCENARIO_PRELUDE, pyland_stats, read, steady_rate
 
 pytestmark = pytest.mark.vm
 
@@ -243,7 +243,7 @@ def test_a_task_moved_while_throttled_runs_unlimited(guest: Path) -> None:
 
 
 def _last_stats(log: str) -> dict[str, Any]:
-    lines = [json.loads(x) for x in log.splitlines() if x.startswith("{") and '"pyland stats"' in x]
+    lines = pyland_stats(log)
     assert lines, log[-2000:]
     return lines[-1]
 
