@@ -225,6 +225,8 @@ struct pyland_shared {
 	__u64 vruntime_now;		/* steer: the scale's now: every task's charged run, added up */
 	__u64 nr_policy_alarms;		/* heartbeat: policy calls past half the budget, told to the watchdog */
 	__u64 policy_alarmed;		/* heartbeat: the policy_since of the last call it told of */
+	__u64 idle_hint;		/* the CPU whose dispatch last found nothing to run */
+	__u64 nr_idle_hint_kicks;	/* steer: inserts that kicked a CPU on its way to idle */
 	/* written by user space */
 	__u64 nr_consumed;		/* records read from `queued` */
 	__u64 nr_scheduled;		/* tasks read but whose decision is not yet written (the pool) */

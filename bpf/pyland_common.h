@@ -74,6 +74,7 @@ struct cpu_ctx {
 	u64 served_at;		/* when a dispatch here last took from (or found empty) its DSQs */
 	u64 running_deadline;	/* deadline of the task running here; 0: none to preempt for */
 	bool usersched_queued;	/* built-in DSQs: the scheduler waits in this CPU's local DSQ */
+	bool going_idle;	/* a dispatch here found nothing to run, and nothing has run since */
 	u64 rescue_scan_at;	/* last starvation scan of this CPU's DSQ (see rescue_starved) */
 	/* steer: the running task, for wake_preempts: its class, or its own params' preemptibility */
 	u64 preempted_at;	/* when a wake-up last preempted this CPU */

@@ -224,6 +224,22 @@ static __always_inline bool wake_preempts(struct task_struct *p, struct task_ctx
 	return true;
 }
 
+/*
+ * The CPU on its way to idle (note_going_idle) if the task may run there, else -1. A kick with
+ * SCX_KICK_IDLE only reschedules a CPU that is idle when the kick is delivered: a CPU that found
+ * work meanwhile is left alone, so a stale mark costs an irq_work and nothing more.
+ */
+static __always_inline s32 going_idle_cpu(struct task_struct *p)
+{
+	s32 cpu = shared.idle_hint;
+	struct cpu_ctx *cctx;
+
+	if (cpu < 0 || cpu >= MAX_CPUS || !bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+		return -1;
+	cctx = lookup_cpu_ctx(cpu);
+	return cctx && cctx->going_idle ? cpu : -1;
+}
+
 /* a DSQ insert nobody may notice: wake an idle CPU that can take it (no kicks: the kernel's own) */
 static __always_inline void kick_for(struct task_struct *p, s32 cpu, bool pinned)
 {
@@ -236,6 +252,8 @@ static __always_inline void kick_for(struct task_struct *p, s32 cpu, bool pinned
 		return;
 	}
 	idle = pyl_pick_idle_cpu(p->cpus_ptr, 0);
+	if (idle < 0 && (idle = going_idle_cpu(p)) >= 0)
+		__sync_fetch_and_add(&shared.nr_idle_hint_kicks, 1);
 	if (idle >= 0)
 		pyl_kick_cpu(idle, SCX_KICK_IDLE);
 }

@@ -26,14 +26,14 @@ DAEMON_TIMEOUT_S = 2.0
 PLACED_IN_BPF = ("nr_kthread", "nr_direct", "nr_direct_wakes", "nr_new_direct", "nr_steered",
                  "nr_yield_requeues")
 FALLBACKS = ("nr_ring_full", "nr_backlog")
-KICKS = ("nr_preempt_kicks", "nr_timer_kicks", "nr_wake_preempts")
+KICKS = ("nr_preempt_kicks", "nr_timer_kicks", "nr_wake_preempts", "nr_idle_hint_kicks")
 SUMMARY = ("records", "decisions", "placed_in_bpf", "fallbacks", "rescues", "kicks", "stalls",
            "cgroup_holds", "loop_cpu_s", "process_cpu_s")
 # shared counters that are not event counts (gauges, clocks, flags): never summed, never a rate
 BPF_GAUGES = frozenset({"nr_enabled", "nr_bw_cgroups", "nr_scheduled", "usersched_last_run_at",
                         "rescue_scan_at", "compat_missing", "vtime_now", "deadline_lead", "starving",
                         "progress_seen", "progress_at", "bw_timer_at", "bw_release", "vruntime_now",
-                        "policy_since", "policy_alarmed"})
+                        "policy_since", "policy_alarmed", "idle_hint"})
 
 
 def bpf_events(bpf: dict[str, Any]) -> dict[str, int]:
