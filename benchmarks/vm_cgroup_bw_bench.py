@@ -27,7 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.vm_stress_bench import WAIT_PYLAND, stats_lines
+from benchmarks.vm_stress_bench import WAIT_PYLAND
+from scxctl.pyland.stats_log import stats_lines
 from tools.vm.api import VM
 
 PYLAND_PHASES = ("none1", "quota1", "none2", "quota2", "none3", "quota3", "none4")
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     r = res.results
     state = (r / "state_after.txt").read_text().strip() if (r / "state_after.txt").exists() else "?"
     rc = (r / "pyland.rc").read_text().strip() if (r / "pyland.rc").exists() else "?"
-    stats = stats_lines((r / "pyland.log").read_text().splitlines()) or [{}]
+    stats = stats_lines((r / "pyland.log").read_text()) or [{}]
     print(f"pyland state after its phases: {state}; exit {rc}; last stats: "
           + ", ".join(f"{k}={stats[-1].get(k)}" for k in ("nr_backlog", "nr_rescued", "nr_ring_full",
                                                          "nr_bw_held", "nr_bw_overdue"))

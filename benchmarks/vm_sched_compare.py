@@ -33,6 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from scxctl.pyland.stats_log import stats_lines
 from tools.vm import anchors
 from tools.vm.api import VM
 from tools.vm.config import cache_dir
@@ -106,7 +107,7 @@ def schbench_binary(given: Path | None) -> Path:
 
 def loop_rates(log: str) -> dict[str, float] | None:
     """From pyland's stats lines under schbench: loop CPU ms per s and records (queued + reports) per s."""
-    stats = [json.loads(ln) for ln in log.splitlines() if ln.startswith("{") and '"pyland stats"' in ln]
+    stats = stats_lines(log)
     if len(stats) < 4:
         return None
     # the lines 1 s apart while schbench ran (the first two: start-up)

@@ -10,13 +10,12 @@ Usage: .venv/bin/python -m benchmarks.vm_stress_bench [--seconds 20] [--policy d
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
+from scxctl.pyland.stats_log import stats_lines
 from tools.vm.api import VM
 
 # shell: wait (at most 90 s) until the kernel runs pyland; shared by the VM benchmarks' guest scripts
@@ -53,11 +52,6 @@ stress default2
 """
 
 _METRIC = re.compile(r"-\s*stressor:\s*(\S+)(.*?)(?=\n\s*-\s*stressor:|\Z)", re.S)
-
-
-def stats_lines(lines: list[str]) -> list[dict[str, Any]]:
-    """The `pyland stats` events of a `scxctl --log-format json run` log, in order."""
-    return [json.loads(ln) for ln in lines if ln.startswith("{") and '"pyland stats"' in ln]
 
 
 def parse_yaml_metrics(text: str) -> dict[str, float]:
@@ -109,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     for ln in log:
         if ln.startswith(("pyland", "scxctl:")):
             print("  " + ln)
-    stats = stats_lines(log)
+    stats = stats_lines("\n".join(log))
     if stats:
         keys = ("consumed", "nr_backlog", "nr_ring_full", "nr_direct", "nr_kthread", "nr_preempt_kicks",
                 "busy_cpu_ns", "max_batch_wall_ns", "max_batch_cpu_ns")

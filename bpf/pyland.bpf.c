@@ -1094,7 +1094,7 @@ void BPF_STRUCT_OPS(pyland_stopping, struct task_struct *p, bool runnable)
 		tctx->min_burst_ns = tctx->exec_runtime ?: 1;
 	if (bw_active())
 		bw_charge(p, tctx, bpf_ktime_get_ns());
-	if (cfg.steer)
+	if (cfg.steer && steer_report_due(tctx, now))
 		steer_report(p, tctx, now);
 }
 

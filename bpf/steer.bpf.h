@@ -333,16 +333,15 @@ static __always_inline bool steer_report_due(const struct task_ctx *tctx, u64 no
 }
 
 /*
- * What the task did since its last record, for observe(): at most once per report_ns, from
- * ops.stopping and ops.tick (a task that never stops still reports). Submitted without waking the
- * loop, and not counted as work for it: a report must never cut a running task's slice.
+ * What the task did since its last record, for observe(): at most once per report_ns (its callers,
+ * ops.stopping and ops.tick, test steer_report_due first: a task that never stops still reports).
+ * Submitted without waking the loop, and not counted as work for it: a report must never cut a
+ * running task's slice.
  */
 static void steer_report(struct task_struct *p, struct task_ctx *tctx, u64 now)
 {
 	struct pyland_task *rec;
 
-	if (!steer_report_due(tctx, now))
-		return;
 	rec = bpf_ringbuf_reserve(&reports, sizeof(*rec), 0);
 	if (!rec) {
 		tctx->record_at = now;	/* the counters go on: the next report carries them */

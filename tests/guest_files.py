@@ -60,11 +60,6 @@ def json_lines(text: str) -> list[dict[str, Any]]:
     return out
 
 
-def pyland_stats(text: str) -> list[dict[str, Any]]:
-    """The `pyland stats` lines of a `scxctl --log-format json run` log, oldest first."""
-    return [e for e in json_lines(text) if e.get("event") == "pyland stats"]
-
-
 def assert_watchdog_slept(stats: dict[str, Any], max_looks: int) -> None:
     """The policy watchdog looked only after the BPF heartbeat's alarms (a call past half its
     budget), a few looks each, and fewer than `max_looks` in all: looking every quarter budget,

@@ -29,7 +29,8 @@ from typing import Any
 
 import pytest
 
-from tests.guest_files import SCENARIO_PRELUDE, pyland_stats, read, steady_rate
+from scxctl.pyland.stats_log import stats_lines
+from tests.guest_files import SCENARIO_PRELUDE, read, steady_rate
 
 pytestmark = pytest.mark.vm
 
@@ -243,7 +244,7 @@ def test_a_task_moved_while_throttled_runs_unlimited(guest: Path) -> None:
 
 
 def _last_stats(log: str) -> dict[str, Any]:
-    lines = pyland_stats(log)
+    lines = stats_lines(log)
     assert lines, log[-2000:]
     return lines[-1]
 

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guest_files import SCENARIO_PRELUDE, pyland_stats, read
+from guest_files import SCENARIO_PRELUDE, read
+
+from scxctl.pyland.stats_log import stats_lines
 
 # single-threaded TCG: the policies' timings are not used (see above)
 pytestmark = [pytest.mark.vm, pytest.mark.tcg_single]
@@ -85,7 +87,7 @@ def test_policy_attaches_survives_stress_and_detaches(guest: Path, name: str) ->
 @pytest.mark.parametrize("name", list(SPECS))
 def test_policy_counters_reach_the_summary_lines(guest: Path, name: str) -> None:
     _, _, counter = SPECS[name]
-    stats = pyland_stats(read(guest, f"{name}.log"))
+    stats = stats_lines(read(guest, f"{name}.log"))
     assert len(stats) >= 3, read(guest, f"{name}.log")[-2000:]
     values = [s[counter] for s in stats]
     assert values == sorted(values)
@@ -100,7 +102,7 @@ def test_classify_moves_the_cpu_hogs_and_no_sleeper(guest: Path) -> None:
     once). The sleep stressors' threads wake every few milliseconds: had they been taken for hogs,
     thousands would have moved."""
     log = read(guest, "classify.log")
-    stats = pyland_stats(log)
+    stats = stats_lines(log)
     moved = stats[-1]["policy_to_background"] - stats[0]["policy_to_background"]
     assert 2 <= moved < SLEEPERS, log[-2000:]
 

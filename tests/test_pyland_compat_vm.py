@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guest_files import SCENARIO_PRELUDE, assert_watchdog_slept, json_lines, pyland_stats, read
+from guest_files import SCENARIO_PRELUDE, assert_watchdog_slept, json_lines, read
 
 from scxctl.pyland.records import COMPAT_MISSING
+from scxctl.pyland.stats_log import stats_lines
 from tools.vm import kernel
 from tools.vm.codes import VMError
 
@@ -94,7 +95,7 @@ def _runs_without(results: Path, release: str, bits: int) -> None:
     assert read(results, "after_stress.txt").startswith("state=enabled ops=pyland"), log[-2000:]
     assert read(results, "run.rc").strip() == "0", log[-2000:]
     events = json_lines(log)
-    stats = pyland_stats(log)
+    stats = stats_lines(log)
     assert stats and all(s["compat_missing"] == bits for s in stats)
     assert stats[-1]["nr_steered"] > 0  # BPF placed tasks from the policy's parameters (steer mode)
     # alarms here: calls the single-threaded TCG host held up past half their budget; a watchdog
@@ -111,7 +112,7 @@ def _runs_without(results: Path, release: str, bits: int) -> None:
 def test_7_2_11_runs_without_idle_selection_and_dispatch_slots(k7211: tuple[Path, str]) -> None:
     _runs_without(*k7211, NO_SELECT_CPU_DFL | NO_DISPATCH_SLOTS)
     # without scx_bpf_select_cpu_dfl no wake-up is dispatched to an idle CPU from select_cpu
-    stats = pyland_stats(read(k7211[0], "run.log"))
+    stats = stats_lines(read(k7211[0], "run.log"))
     assert stats[-1]["nr_direct"] == 0
 
 
@@ -122,7 +123,7 @@ def test_7_2_6_runs_without_pick_idle_cpu(k726: tuple[Path, str]) -> None:
 def test_7_2_12_runs_on_the_built_in_dsqs(k7212: tuple[Path, str]) -> None:
     _runs_without(*k7212, NO_PICK_IDLE_CPU | NO_CUSTOM_DSQS | NO_KICK | NO_DSQ_ITER | NO_ERROR_REPORT
                   | NO_CGROUP_BW)
-    stats = pyland_stats(read(k7212[0], "run.log"))
+    stats = stats_lines(read(k7212[0], "run.log"))
     # no DSQ walk, no kick: the rescue scan and the heartbeat's kicks cannot have run
     assert stats[-1]["nr_rescued"] == 0 and stats[-1]["nr_timer_kicks"] == 0
 
@@ -130,5 +131,5 @@ def test_7_2_12_runs_on_the_built_in_dsqs(k7212: tuple[Path, str]) -> None:
 def test_7_2_9_runs_on_the_built_in_dsqs_without_counting_them(k729: tuple[Path, str]) -> None:
     _runs_without(*k729, NO_SELECT_CPU_DFL | NO_PICK_IDLE_CPU | NO_DISPATCH_SLOTS | NO_CUSTOM_DSQS | NO_KICK
                   | NO_DSQ_ITER | NO_NR_QUEUED | NO_CGROUP_BW)
-    stats = pyland_stats(read(k729[0], "run.log"))
+    stats = stats_lines(read(k729[0], "run.log"))
     assert stats[-1]["nr_direct"] == 0 and stats[-1]["nr_rescued"] == 0

@@ -34,7 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guest_files import SCENARIO_PRELUDE, json_lines, pyland_stats, read
+from guest_files import SCENARIO_PRELUDE, json_lines, read
+
+from scxctl.pyland.stats_log import stats_lines
 
 # single-threaded TCG: many enable/disable cycles (see tools.vm.qemu.accel_args)
 pytestmark = [pytest.mark.vm, pytest.mark.tcg_single]
@@ -349,7 +351,7 @@ def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def final_stats(log: str) -> dict[str, Any]:
     """The BPF counters in the last `pyland stats` line of a log."""
-    stats = pyland_stats(log)
+    stats = stats_lines(log)
     assert stats, log[-2000:]
     return stats[-1]
 

@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guest_files import SCENARIO_PRELUDE, json_lines, pyland_stats, read
+from guest_files import SCENARIO_PRELUDE, json_lines, read
 
 from scxctl.bench.parsers import cyclictest
 from scxctl.pyland.options import RunOptions
 from scxctl.pyland.policies.deadline import BATCH, MIXED
 from scxctl.pyland.policy import DEFAULT_MIN_SLICE_NS, NSEC_PER_MSEC, NSEC_PER_USEC
+from scxctl.pyland.stats_log import stats_lines
 
 pytestmark = pytest.mark.vm
 
@@ -309,7 +310,7 @@ def test_a_periodic_waker_beside_hogs_preempts_within_a_slice(guest: Path) -> No
     print(f"\ncyclictest beside 2 hogs (us): default {default}, pyland {pyland}")
     slice_us = DEFAULT_MIN_SLICE_NS / NSEC_PER_USEC
     assert "p90_us" in pyland and pyland["p90_us"] < slice_us / 2, read(guest, "waker-pyland.txt")[-1500:]
-    lines = pyland_stats(read(guest, "waker.log"))
+    lines = stats_lines(read(guest, "waker.log"))
     # first the premise: under a tenth of the 6000 wake-ups found a CPU idle (in one CI boot 5393
     # did, and 49 preemptions were all it took)
     assert lines and lines[-1]["nr_direct"] < 600, [(s["nr_direct"], s["nr_wake_preempts"]) for s in lines]
@@ -322,7 +323,7 @@ def test_a_periodic_waker_beside_hogs_preempts_within_a_slice(guest: Path) -> No
 def _during(guest: Path, log: str, run: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The stats lines just before and just after the run whose times are in `run`.t0 and .t1."""
     t0, t1 = float(read(guest, f"{run}.t0")), float(read(guest, f"{run}.t1"))
-    lines = [(datetime.fromisoformat(s["timestamp"]).timestamp(), s) for s in pyland_stats(read(guest, log))]
+    lines = [(datetime.fromisoformat(s["timestamp"]).timestamp(), s) for s in stats_lines(read(guest, log))]
     before = [s for at, s in lines if at <= t0]
     after = [s for at, s in lines if at >= t1]
     assert before and after, f"no stats line around {run} ({t0}-{t1}): {[at for at, _ in lines]}"
@@ -398,7 +399,7 @@ def test_a_preferred_cpu_moves_the_task_there(guest: Path) -> None:
     print(f"\nwake-ups on CPU 0/1: scxpref0 {on0} (default {d0}), scxpref1 {on1} (default {d1})")
     assert on0[0] >= 0.8 * sum(on0), on0
     assert on1[1] >= 0.8 * sum(on1), on1
-    last = pyland_stats(read(guest, "prefer.log"))[-1]
+    last = stats_lines(read(guest, "prefer.log"))[-1]
     assert last["nr_pref_cpu"] > 0 and last["nr_updates"] >= 2
     assert read(guest, "prefer.rc").strip() == "0"
 
@@ -407,7 +408,7 @@ def test_out_of_range_parameters_are_clamped_counted_and_said_once(guest: Path) 
     events = json_lines(read(guest, "prefer.log"))
     warned = [e for e in events if "out of range" in e.get("event", "")]
     assert len(warned) == 1, warned
-    assert pyland_stats(read(guest, "prefer.log"))[-1]["nr_param_clamped"] >= 1
+    assert stats_lines(read(guest, "prefer.log"))[-1]["nr_param_clamped"] >= 1
 
 
 def test_a_policy_stuck_in_observe_is_detached(guest: Path) -> None:
@@ -425,7 +426,7 @@ def test_a_worker_woken_to_reply_is_mixed_a_spinner_woken_to_spin_is_batch(guest
     the worker is mixed (placed by BPF, no round trip), the spinner batch (its wake-ups decided,
     but for those that find an idle CPU, which BPF places at once whatever the class)."""
     assert read(guest, "classes.attach.rc").strip() == "0", read(guest, "classes.log")[-2000:]
-    last = pyland_stats(read(guest, "classes.log"))[-1]
+    last = stats_lines(read(guest, "classes.log"))[-1]
     print(f"\nclasses: worker {last['policy_class_worker']}, spinner {last['policy_class_spinner']}; "
           f"sync wake-ups {last['nr_sync']}, reclassified {last['policy_reclassified']}")
     assert (last["policy_class_worker"], last["policy_class_spinner"]) == (MIXED, BATCH), last
@@ -442,7 +443,7 @@ def test_a_task_alone_on_its_cpu_reports_its_cpu_time(guest: Path) -> None:
     """A task spinning alone on its CPU never stops (ops.dispatch extends its slice), so it reports
     from ops.tick, which must carry the run going on: that report counting only finished runs
     said 0 ns each time, and its burst shorter than it is."""
-    last = pyland_stats(read(guest, "classes.log"))[-1]
+    last = stats_lines(read(guest, "classes.log"))[-1]
     print(f"\nalone on its CPU for 3 s: {last['policy_lone_reports']} reports, median run "
           f"{last['policy_lone_median_run_ns'] / 1e6:.1f} ms")
     assert last["policy_lone_reports"] >= 10, last
@@ -454,6 +455,6 @@ def test_a_task_placed_as_a_cpu_goes_idle_kicks_that_cpu(guest: Path) -> None:
     the idle mask until it is idle, and a task placed in that moment found no CPU to kick and
     waited for some CPU's next dispatch (3.8 ms in a trace of schbench, the other CPU idle all the
     while). The CPU's dispatch leaves a mark that the placement kicks instead."""
-    last = pyland_stats(read(guest, "classes.log"))[-1]
+    last = stats_lines(read(guest, "classes.log"))[-1]
     print(f"\nkicks of a CPU on its way to idle: {last['nr_idle_hint_kicks']}")
     assert last["nr_idle_hint_kicks"] > 0, last

@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guest_files import SCENARIO_PRELUDE, assert_watchdog_slept, json_lines, pyland_stats, read
+from guest_files import SCENARIO_PRELUDE, assert_watchdog_slept, json_lines, read
+
+from scxctl.pyland.stats_log import stats_lines
 
 # single-threaded TCG: the scenarios run for fixed times and assert what happened, not how fast
 pytestmark = [pytest.mark.vm, pytest.mark.tcg_single]
@@ -183,7 +185,7 @@ def test_cpu_max_hooks_follow_the_kernel_and_are_reported_once(
     oldest = request.node.callspec.params["guest"][0] == "oldest"
     release = read(guest, "uname.txt").strip()
     events = json_lines(read(guest, "run1.log"))
-    stats = pyland_stats(read(guest, "run1.log"))
+    stats = stats_lines(read(guest, "run1.log"))
     assert stats and all(s["compat_missing"] == (no_cgroup_bw if oldest else 0) for s in stats)
     warned = [e for e in events if e.get("event", "").startswith("this kernel cannot give pyland")]
     if oldest:
@@ -206,7 +208,7 @@ def test_stress_mix_runs_30s_without_ejection(guest: Path) -> None:
     assert read(guest, "stress.rc").strip() == "0", read(guest, "stress.txt")
     assert read(guest, "after_stress.txt").startswith("state=enabled ops=pyland")
     assert read(guest, "sched_alive_after_stress.txt").strip() == "alive"
-    stats = pyland_stats(read(guest, "run1.log"))
+    stats = stats_lines(read(guest, "run1.log"))
     assert len(stats) >= 5
     if mode_of(guest) == "round-trip":
         dispatched = [s["nr_dispatched"] for s in stats]
@@ -265,7 +267,7 @@ def test_a_pinned_sleeper_is_not_kept_waiting_by_granted_wake_ups(guest: Path) -
     waits = [float(w) for _, w in lines[:-1]]
     print(f"\nprobe beside the stress: longest wait {max(waits, default=0):.3f} s, "
           f"{len(waits)} over 50 ms")
-    last = pyland_stats(read(guest, "run1.log"))[-1]
+    last = stats_lines(read(guest, "run1.log"))[-1]
     assert last["nr_rescued"] == 0, (last, waits)
     if mode_of(guest) == "round-trip":
         assert last["nr_grant_waits"] > 0 and last["nr_direct_wakes"] > 0, last
@@ -278,7 +280,7 @@ def test_no_direct_wake_sends_every_wake_up_through_python(guest: Path) -> None:
     every wake-up from the policy's parameters, with or without the option."""
     log = read(guest, "run5.log")
     assert read(guest, "attach5.rc").strip() == "0", log[-2000:]
-    stats = pyland_stats(log)
+    stats = stats_lines(log)
     assert stats, log[-2000:]
     last = stats[-1]
     assert read(guest, "run5.rc").strip() == "0"
@@ -316,7 +318,7 @@ def test_partial_only_switches_sched_ext_tasks(guest: Path) -> None:
     assert read(guest, "partial.txt").split() == ["state=enabled", "ops=pyland", "switch_all=0"]
     assert re.search(r"policy\s*:\s*7\b", read(guest, "partial_ext_policy.txt"))
     assert re.search(r"policy\s*:\s*0\b", read(guest, "partial_fair_policy.txt"))
-    stats = pyland_stats(read(guest, "run3.log"))
+    stats = stats_lines(read(guest, "run3.log"))
     assert stats, read(guest, "run3.log")[-2000:]
     # with SWITCH_PARTIAL only tasks that chose SCHED_EXT join: a handful, never the whole system
     assert max(s["nr_enabled"] for s in stats) >= 1

@@ -56,6 +56,7 @@ from scxctl.pyland.preflight import preflight
 from scxctl.pyland.records import COMPAT_MISSING, OPS_NAME, POLICY_SINCE, PROGRESS_AT, SHARED_COUNTERS
 from scxctl.pyland.run_result import RunResult, outcome, too_many_restarts
 from scxctl.pyland.shared import ExitInfo, SharedState
+from scxctl.pyland.stats_log import STATS_EVENT
 from scxctl.pyland.stats_report import StatsReport, numbers
 from scxctl.pyland.watchdog import PolicyStuck, PolicyWatchdog, StuckReport
 from scxctl.sysfs import nr_cpu_ids, read_sched_ext
@@ -284,7 +285,7 @@ class Scheduler:
         self.stats_report.maybe_write(now, self._stats_document)
         if self.opts.stats_interval > 0 and now >= self._next_stats:
             self._next_stats = now + self.opts.stats_interval
-            log.info("pyland stats", **self.loop.stats.as_dict(), **self.shared.snapshot(),
+            log.info(STATS_EVENT, **self.loop.stats.as_dict(), **self.shared.snapshot(),
                      **{f"policy_{k}": v for k, v in self.loop.policy.stats().items()},
                      restarts=self.restarts, process_cpu_ns=time.process_time_ns(),
                      watchdog_looks=wd.looks if (wd := self.watchdog) else 0)
