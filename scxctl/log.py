@@ -11,6 +11,7 @@ import anything later (the pyland loop after attaching) calls `activate()` up fr
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from dataclasses import dataclass
@@ -157,3 +158,19 @@ class _LazyLogger:
 
 def get_logger(name: str = "scxctl") -> structlog.stdlib.BoundLogger:
     return _LazyLogger(name)  # type: ignore[return-value]
+
+
+def json_events(text: str) -> list[dict[str, Any]]:
+    """The events among a log's lines, as `configure("json")` writes them: plain output mixed in, and
+    a line cut short (a log read while it is written), are skipped."""
+    out = []
+    for line in text.splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            out.append(event)
+    return out

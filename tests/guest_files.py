@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,18 +45,6 @@ def read(results: Path, name: str) -> str:
     path = results / name
     assert path.exists(), f"the guest did not write {name}"
     return path.read_text()
-
-
-def json_lines(text: str) -> list[dict[str, Any]]:
-    """The JSON objects among a log's lines (structlog JSON lines mixed with plain output)."""
-    out = []
-    for line in text.splitlines():
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-    return out
 
 
 def assert_watchdog_slept(stats: dict[str, Any], max_looks: int) -> None:

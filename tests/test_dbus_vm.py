@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guest_files import installed_package, json_lines, read
+from guest_files import installed_package, read
 
+from scxctl.log import json_events
 from tools.vm import repo
 
 # single-threaded TCG: pyland starts and stops a dozen times (see tools.vm.qemu.accel_args)
@@ -296,7 +297,7 @@ def _props(results: Path, name: str) -> dict[str, str]:
 def _signals(results: Path, name: str) -> list[dict[str, Any]]:
     """The PropertiesChanged the daemon sent while monitor NAME ran: {property: value} each, in order."""
     out = []
-    for msg in json_lines(read(results, f"mon_{name}.json")):
+    for msg in json_events(read(results, f"mon_{name}.json")):
         if msg.get("member") == "PropertiesChanged" and msg.get("path") == "/org/scx/Loader":
             iface, changed, _ = msg["payload"]["data"]
             assert iface == "org.scx.Loader", msg
@@ -372,7 +373,7 @@ def test_anyone_else_is_refused_and_nothing_changes(guest: Path) -> None:
     before, after = _r(guest, "other_pids.txt").split(" ")
     assert before == after != "", "pyland was restarted by a refused call"
     assert _r(guest, "other_kstate.txt") == "enabled pyland"
-    denied = [e for e in json_lines(_r(guest, "journal_denied.txt")) if e.get("event") == "request_denied"]
+    denied = [e for e in json_events(_r(guest, "journal_denied.txt")) if e.get("event") == "request_denied"]
     assert len(denied) == 1 and denied[0]["op"] == "SwitchScheduler", denied
     assert denied[0]["uid"] != 0 and "org.scxctl.manage" in denied[0]["reason"], denied
 
@@ -491,7 +492,7 @@ def test_the_mode_follows_the_power_profile(guest: Path) -> None:
     assert _r(guest, "pp_mode_enabled.txt") == "u 0"  # balanced: auto
     assert _r(guest, "pp_set_power-saver.rc") == "0", _r(guest, "pp_set_power-saver.out")
     assert _r(guest, "pp_follow_wait.txt") != "timeout", _r(guest, "journal.txt")[-3000:]
-    lines = json_lines(_r(guest, "journal_pp_switch.txt"))
+    lines = json_events(_r(guest, "journal_pp_switch.txt"))
     switched = [e for e in lines if e.get("event") == "power_profile_switch"]
     assert [(e["profile"], e["mode"], e["previous_mode"]) for e in switched] == [
         ("power-saver", "powersave", "auto")], switched
@@ -510,7 +511,7 @@ def test_an_explicit_mode_holds_against_the_power_profile(guest: Path) -> None:
             assert _r(guest, f"pp_set_{p}.rc") == "0", _r(guest, f"pp_set_{p}.out")
             assert _r(guest, f"pp_held_{p}.wait") != "timeout", _r(guest, "journal.txt")[-3000:]
         assert _r(guest, f"pp_mode_{p}.txt") == "u 1", p
-    held = [e for e in json_lines(_r(guest, "journal.txt")) if e.get("event") == "power_profile_held"]
+    held = [e for e in json_events(_r(guest, "journal.txt")) if e.get("event") == "power_profile_held"]
     assert [(e["profile"], e["held_mode"]) for e in held] == [(p, "gaming") for p in tried], held
     assert _r(guest, "pp_kstate.txt") == "enabled pyland"
 
@@ -522,6 +523,6 @@ def test_the_daemon_owns_its_name_again_after_the_bus_restarts(guest: Path) -> N
     assert _r(guest, "busrestart_pid.txt") == "same"
     assert _r(guest, "busrestart_current.txt") == 's "pyland"'
     assert _r(guest, "busrestart_mode.txt") == "u 1"
-    lines = json_lines(_r(guest, "journal_dbus_serving.txt"))
+    lines = json_events(_r(guest, "journal_dbus_serving.txt"))
     serving = [e for e in lines if e.get("event") == "dbus_serving"]
     assert serving and serving[-1]["reason"] == "reconnected" and serving[-1]["tries"] >= 1, serving

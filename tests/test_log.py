@@ -29,6 +29,16 @@ def test_json_lines_with_level_logger_and_timestamp() -> None:
     assert entry["timestamp"].endswith("Z")
 
 
+def test_json_events_are_read_back_among_plain_output_and_a_line_cut_short() -> None:
+    stream = io.StringIO()
+    log.configure("json", logging.INFO, stream)
+    log.get_logger("scxctl.test").info("first", n=1)
+    stream.write("scxctl: a plain line\n[1, 2]\n")
+    log.get_logger("scxctl.test").info("second", n=2)
+    stream.write('{"event": "third", "n"\n')  # still being written
+    assert [(e["event"], e["n"]) for e in log.json_events(stream.getvalue())] == [("first", 1), ("second", 2)]
+
+
 def test_default_stream_follows_sys_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
     # pytest gives each test its own sys.stderr and closes the last one: records must follow it.
     first = io.StringIO()

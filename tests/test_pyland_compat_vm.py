@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guest_files import SCENARIO_PRELUDE, assert_watchdog_slept, json_lines, read
+from guest_files import SCENARIO_PRELUDE, assert_watchdog_slept, read
 
+from scxctl.log import json_events
 from scxctl.pyland.records import COMPAT_MISSING
 from scxctl.pyland.stats_log import stats_lines
 from tools.vm import kernel
@@ -94,7 +95,7 @@ def _runs_without(results: Path, release: str, bits: int) -> None:
     assert read(results, "attach.rc").strip() == "0", log[-2000:]
     assert read(results, "after_stress.txt").startswith("state=enabled ops=pyland"), log[-2000:]
     assert read(results, "run.rc").strip() == "0", log[-2000:]
-    events = json_lines(log)
+    events = json_events(log)
     stats = stats_lines(log)
     assert stats and all(s["compat_missing"] == bits for s in stats)
     assert stats[-1]["nr_steered"] > 0  # BPF placed tasks from the policy's parameters (steer mode)

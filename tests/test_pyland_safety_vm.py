@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guest_files import SCENARIO_PRELUDE, json_lines, read
+from guest_files import SCENARIO_PRELUDE, read
 
+from scxctl.log import json_events
 from scxctl.pyland.stats_log import stats_lines
 
 # single-threaded TCG: many enable/disable cycles (see tools.vm.qemu.accel_args)
@@ -379,7 +380,7 @@ def test_stuck_policy_is_detached_within_a_second_of_its_budget(guest: Path) -> 
     stuck = r"policy misbehave did not return from decide\(\) within 100 ms \(misbehave\.py:\d+\)"
     assert re.search(stuck, log), log[-2000:]
     # the watchdog slept until the BPF heartbeat told it of the call past half its budget
-    tripped = [e for e in json_lines(log) if e.get("event") == "policy watchdog tripped"]
+    tripped = [e for e in json_events(log) if e.get("event") == "policy watchdog tripped"]
     assert len(tripped) == 1 and tripped[0]["heartbeat_alarms"] >= 1, log[-2000:]
     stuck_at = float(read(guest, "stuck.stuck_at"))
     changes = [line.split() for line in read(guest, "stuck.monitor").splitlines()]
@@ -475,7 +476,7 @@ def test_cpu_hotplug_restarts_pyland_in_the_same_process(guest: Path) -> None:
     for step in ("0", "1"):
         assert read(guest, f"hotplug.{step}.rc").strip() == "0", log[-3000:]
         assert read(guest, f"hotplug.{step}.pids").split() == [pid]
-    events = json_lines(log)
+    events = json_events(log)
     gaps, reattached = [], []
     for i, e in enumerate(events):
         if e.get("event") == "pyland detached" and e.get("reason") == "kernel":

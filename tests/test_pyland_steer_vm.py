@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guest_files import SCENARIO_PRELUDE, json_lines, read
+from guest_files import SCENARIO_PRELUDE, read
 
 from scxctl.bench.parsers import cyclictest
+from scxctl.log import json_events
 from scxctl.pyland.options import RunOptions
 from scxctl.pyland.policies.deadline import BATCH, MIXED
 from scxctl.pyland.policy import DEFAULT_MIN_SLICE_NS, NSEC_PER_MSEC, NSEC_PER_USEC
@@ -405,7 +406,7 @@ def test_a_preferred_cpu_moves_the_task_there(guest: Path) -> None:
 
 
 def test_out_of_range_parameters_are_clamped_counted_and_said_once(guest: Path) -> None:
-    events = json_lines(read(guest, "prefer.log"))
+    events = json_events(read(guest, "prefer.log"))
     warned = [e for e in events if "out of range" in e.get("event", "")]
     assert len(warned) == 1, warned
     assert stats_lines(read(guest, "prefer.log"))[-1]["nr_param_clamped"] >= 1

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guest_files import SCENARIO_PRELUDE, assert_watchdog_slept, json_lines, read
+from guest_files import SCENARIO_PRELUDE, assert_watchdog_slept, read
 
+from scxctl.log import json_events
 from scxctl.pyland.stats_log import stats_lines
 
 # single-threaded TCG: the scenarios run for fixed times and assert what happened, not how fast
@@ -184,7 +185,7 @@ def test_cpu_max_hooks_follow_the_kernel_and_are_reported_once(
 
     oldest = request.node.callspec.params["guest"][0] == "oldest"
     release = read(guest, "uname.txt").strip()
-    events = json_lines(read(guest, "run1.log"))
+    events = json_events(read(guest, "run1.log"))
     stats = stats_lines(read(guest, "run1.log"))
     assert stats and all(s["compat_missing"] == (no_cgroup_bw if oldest else 0) for s in stats)
     warned = [e for e in events if e.get("event", "").startswith("this kernel cannot give pyland")]

@@ -7,23 +7,13 @@ parsing live here, next to each other.
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from scxctl.log import json_events
 
 STATS_EVENT = "pyland stats"
 
 
 def stats_lines(text: str) -> list[dict[str, Any]]:
-    """The `pyland stats` events of a JSON log, oldest first. Plain output, other events and a line
-    cut short (a log read while it is written) are skipped."""
-    out = []
-    for line in text.splitlines():
-        if not line.startswith("{"):
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and event.get("event") == STATS_EVENT:
-            out.append(event)
-    return out
+    """The `pyland stats` events of a JSON log, oldest first."""
+    return [e for e in json_events(text) if e.get("event") == STATS_EVENT]
