@@ -1,8 +1,8 @@
 """The `pyland stats` line: what `scxctl run --stats-interval` logs, and reading it back.
 
 With `--log-format json` each line is one JSON object holding the loop's and BPF's counters at that
-moment; the VM tests and the benchmarks read them from a guest's log, so the event's name and the
-parsing live here, next to each other.
+moment; the VM tests and the benchmarks read them from a guest's log, so the event's name and its
+reader live here, next to each other (the JSON lines themselves: scxctl.log.json_events).
 """
 
 from __future__ import annotations
