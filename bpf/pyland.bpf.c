@@ -160,10 +160,11 @@ static __always_inline bool usersched_has_pending(void)
  */
 static __always_inline bool direct_wake_allowed(const struct task_ctx *tctx, s32 cpu, u64 enq_flags)
 {
-	struct cpu_ctx *cctx;
+	struct cpu_ctx *cctx = lookup_cpu_ctx(cpu);
 
+	/* while this CPU's rescue finds starving tasks, none is passed (see rescue_due) */
 	if (!cfg.direct_wake_ns || !(enq_flags & SCX_ENQ_WAKEUP) || !tctx->direct_wake ||
-	    shared.starving)
+	    (cctx && cctx->starving))
 		return false;
 	/*
 	 * Where the kernel cannot count (-1), and for SCX_DSQ_GLOBAL, which it does not count (-ENOENT),
@@ -172,7 +173,6 @@ static __always_inline bool direct_wake_allowed(const struct task_ctx *tctx, s32
 	if (!pyl_dsq_nr_queued(SCX_DSQ_LOCAL_ON | cpu) && !pyl_dsq_nr_queued(cpu_dsq(cpu)) &&
 	    !pyl_dsq_nr_queued(shared_dsq()))
 		return true;	/* nobody waits that the insertion could pass */
-	cctx = lookup_cpu_ctx(cpu);
 	if (cctx && pyl_elapsed(pyl_now(), cctx->served_at) < cfg.direct_wake_ns)
 		return true;
 	__sync_fetch_and_add(&shared.nr_grant_waits, 1);
@@ -763,8 +763,9 @@ static long drain_one(struct bpf_dynptr *dynptr, struct drain_ctx *dctx)
  * that is watched in its first RESCUE_SCAN_MAX tasks only.
  *
  * One task per period is a trickle against an overload, which can leave starving tasks faster
- * than that. So while a scan finds starving tasks (shared.starving), every dispatch scans, and no
- * wake-up is granted a place ahead of them (direct_wake_allowed), until a scan finds none.
+ * than that. So while a CPU's scan finds starving tasks (cpu_ctx.starving), every dispatch there
+ * scans, and no wake-up is granted a place ahead of them on that CPU (direct_wake_allowed), until
+ * a scan finds none.
  */
 static __always_inline bool may_rescue_here(struct task_struct *p, s32 this_cpu)
 {
@@ -775,13 +776,18 @@ static __always_inline bool may_rescue_here(struct task_struct *p, s32 this_cpu)
 	return bpf_cpumask_test_cpu(this_cpu, p->cpus_ptr) && !migration_disabled(p);
 }
 
-/* the pid of the task of `dsq_id` that has waited longest, at least starve_ns; 0 if none has */
-static s32 longest_waiting(u64 dsq_id, u64 now, s32 this_cpu)
+/* the task a rescue scan chose: the longest wait seen so far, at least starve_ns */
+struct rescue_pick {
+	u64 dsq_id;
+	u64 waited;
+	s32 pid;	/* 0: none found */
+};
+
+/* the task of `dsq_id` this CPU may run that has waited longest, if longer than pick's */
+static void longest_waiting(u64 dsq_id, u64 now, s32 this_cpu, struct rescue_pick *pick)
 {
 	struct bpf_iter_scx_dsq it;
 	struct task_struct *p;
-	u64 longest = cfg.starve_ns;
-	s32 pid = 0;
 	int i;
 
 	pyl_iter_dsq_new(&it, dsq_id, 0);
@@ -797,13 +803,13 @@ static s32 longest_waiting(u64 dsq_id, u64 now, s32 this_cpu)
 		if (!tctx)
 			continue;
 		waited = pyl_elapsed(now, tctx->dsq_at);
-		if (waited >= longest && may_rescue_here(p, this_cpu)) {
-			longest = waited;
-			pid = p->pid;
+		if (waited >= pick->waited && may_rescue_here(p, this_cpu)) {
+			pick->waited = waited;
+			pick->pid = p->pid;
+			pick->dsq_id = dsq_id;
 		}
 	}
 	bpf_iter_scx_dsq_destroy(&it);
-	return pid;
 }
 
 /*
@@ -811,15 +817,12 @@ static s32 longest_waiting(u64 dsq_id, u64 now, s32 this_cpu)
  * returned. Between the two scans the task may have been taken by another CPU or dequeued: then
  * the second scan does not find it (or the move fails), and nothing is rescued this time.
  */
-static int rescue_starved(u64 dsq_id, u64 now, s32 this_cpu)
+static int rescue_starved(u64 dsq_id, s32 pid, s32 this_cpu)
 {
 	struct bpf_iter_scx_dsq it;
 	struct task_struct *p;
-	s32 pid = longest_waiting(dsq_id, now, this_cpu);
 	int i, rescued = 0;
 
-	if (!pid)
-		return 0;
 	pyl_iter_dsq_new(&it, dsq_id, 0);
 	bpf_for(i, 0, RESCUE_SCAN_MAX) {
 		p = bpf_iter_scx_dsq_next(&it);
@@ -919,28 +922,30 @@ static __always_inline void note_going_idle(s32 cpu, struct cpu_ctx *cctx)
 }
 
 /*
- * A task about to trip the watchdog goes before everything else (see rescue_starved). This CPU's
- * DSQ has a period of its own: only this CPU can run its tasks (those pinned here), and with one
- * period for the machine the CPUs that dispatch more often would take most scans. True when a task
- * was rescued onto this CPU.
+ * A task about to trip the watchdog goes before everything else (see rescue_starved). Each CPU
+ * scans at a period of its own, and looks at both DSQs it takes from, for the longest wait among
+ * the tasks it may run:
+ * - one period for the machine let the CPUs that dispatch more often take most scans, and only
+ *   this CPU can run the tasks pinned here;
+ * - the shared DSQ holds tasks pinned to one CPU too (placed by BPF, or bounced), and a scan of
+ *   this CPU's DSQ alone, preferred whenever it found a starving task there, let a task pinned
+ *   here wait in the shared DSQ until the watchdog while a mob starved in this CPU's DSQ.
+ * True when a task was rescued onto this CPU.
  */
 static __always_inline bool rescue_due(s32 cpu, struct cpu_ctx *cctx, u64 now)
 {
-	bool scanned = false;
-	int rescued = 0;
+	struct rescue_pick pick = { .waited = cfg.starve_ns };
+	bool rescued;
 
-	if (cctx && (shared.starving || pyl_elapsed(now, cctx->rescue_scan_at) >= RESCUE_PERIOD_NS)) {
-		cctx->rescue_scan_at = now;
-		scanned = true;
-		rescued = rescue_starved(cpu_dsq(cpu), now, cpu);
-	}
-	if (!rescued && (shared.starving || pyl_elapsed(now, shared.rescue_scan_at) >= RESCUE_PERIOD_NS)) {
-		shared.rescue_scan_at = now;
-		scanned = true;
-		rescued = rescue_starved(SHARED_DSQ, now, cpu);
-	}
-	if (scanned)
-		shared.starving = rescued > 0;
+	if (!cctx || !(cctx->starving || pyl_elapsed(now, cctx->rescue_scan_at) >= RESCUE_PERIOD_NS))
+		return false;
+	cctx->rescue_scan_at = now;
+	shared.rescue_scan_at = now;
+	longest_waiting(cpu_dsq(cpu), now, cpu, &pick);
+	longest_waiting(SHARED_DSQ, now, cpu, &pick);
+	rescued = pick.pid && rescue_starved(pick.dsq_id, pick.pid, cpu);
+	cctx->starving = rescued;
+	shared.starving = rescued;
 	return rescued;
 }
 

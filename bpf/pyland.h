@@ -183,7 +183,7 @@ struct pyland_shared {
 	__u64 nr_enabled;		/* tasks currently in the sched_ext class under pyland */
 	__u64 usersched_last_run_at;	/* ns, scx_bpf_now() when the scheduler last started */
 	__u64 nr_rescued;		/* tasks run out of deadline order because they waited starve_ns */
-	__u64 rescue_scan_at;		/* ns, last starvation scan of the shared DSQ (one per RESCUE_PERIOD_NS) */
+	__u64 rescue_scan_at;		/* ns, the last starvation scan by any CPU (each has its own period) */
 	__u64 nr_direct_wakes;		/* wake-ups placed by BPF under the policy's latency grant */
 	__u64 nr_wake_updates;		/* decisions for those wake-ups: grant/vtime updated, not placed */
 	__u64 nr_quiet;			/* records of direct wake-ups, submitted without waking user space */
@@ -197,7 +197,7 @@ struct pyland_shared {
 	__u64 nr_new_direct;		/* first enqueues placed by BPF (new_direct) */
 	__u64 vtime_now;		/* the latest deadline that got a CPU */
 	__u64 deadline_lead;		/* how far past vtime_now the policy places a task (average) */
-	__u64 starving;			/* 1 while the last rescue scan found a task that waited starve_ns */
+	__u64 starving;			/* 1 while the last scan, by any CPU, found a task that waited starve_ns */
 	__u64 progress_seen;		/* heartbeat: nr_consumed when it last moved */
 	__u64 progress_at;		/* heartbeat: ns (CLOCK_MONOTONIC) when it last moved; 0 until the loop starts */
 	__u64 nr_bw_cgroups;		/* cgroups with a cpu.max quota (entries of `cgroup_bw`) */

@@ -75,7 +75,8 @@ struct cpu_ctx {
 	u64 running_deadline;	/* deadline of the task running here; 0: none to preempt for */
 	bool usersched_queued;	/* built-in DSQs: the scheduler waits in this CPU's local DSQ */
 	bool going_idle;	/* a dispatch here found nothing to run, and nothing has run since */
-	u64 rescue_scan_at;	/* last starvation scan of this CPU's DSQ (see rescue_starved) */
+	u64 rescue_scan_at;	/* last starvation scan by this CPU (see rescue_due) */
+	bool starving;		/* that scan found a task that waited starve_ns */
 	/* steer: the running task, for wake_preempts: its class, or its own params' preemptibility */
 	u64 preempted_at;	/* when a wake-up last preempted this CPU */
 	u64 running_at;		/* when the running task began to run here */
