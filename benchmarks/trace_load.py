@@ -16,7 +16,8 @@ This module only starts the binary and passes its result on (stdlib only: it als
 
 Prints one JSON object: wakeups, round_trips (pingpong), rate_per_s, p50_ns/p90_ns (and mean_ns for
 wake and sleep) of the latencies the load's own clock saw, and runs/run_delay_ns: the kernel's scheduler
-statistics of the load's threads over the same window (waits for a CPU, and their total). `--cgroup
+statistics of the load's threads over the same window (waits for a CPU, and their total); wake also gives
+voluntary_switches, the kernel's count of the sleeper's sleeps there. `--cgroup
 DIR` moves the load into that cgroup v2 directory first.
 
 Usage: python3 -m benchmarks.trace_load {pingpong,wake,sleep} --name NAME --seconds S [--period-us P]

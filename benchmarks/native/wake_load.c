@@ -9,12 +9,13 @@
  *   wake-load sleep --name NAME --seconds S [--period-us P] [--cgroup DIR]
  *
  * pingpong: two processes named NAME, A pinned to the first CPU of the affinity mask and B to the
- * second, bounce a futex semaphore pair; every FUTEX_WAIT that slept and was woken by the post it
- * waited for is a wake-up, timed from just before the partner's FUTEX_WAKE to just after the wait
- * returned. wake (the sleep/wake load): one process named NAME, pinned to the first CPU, sleeps on
+ * second, bounce a futex semaphore pair; every FUTEX_WAIT that slept and was woken by a post is a
+ * wake-up, timed from just before that post's FUTEX_WAKE to just after the wait returned. wake (the sleep/wake load): one process named NAME, pinned to the first CPU, sleeps on
  * a futex until a waker (named wake-load-waker, pinned to the second CPU) wakes it once every P
  * microseconds (default 1000); every wake-up is timed as pingpong's are, from the waker's timestamp,
- * so how late the waker's own timer fired is not in it. sleep: one process named NAME, pinned to
+ * so how late the waker's own timer fired is not in it. The waker does not wait for answers: a
+ * sleeper woken late may find later posts already there, and takes them without sleeping; its
+ * `voluntary_switches` (the kernel's count of its sleeps in that loop) should equal `wakeups`. sleep: one process named NAME, pinned to
  * the first CPU, 1 ns timer slack, sleeping P microseconds in a loop; every sleep is a wake-up,
  * timed as the oversleep, which holds the timer interrupt's lateness too (no wake-up tracer sees
  * that part: it comes before the wake-up).
@@ -42,6 +43,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -66,17 +68,25 @@ static int64_t now_ns(void)
  *
  * The producer alone advances `seq` (the futex word), the consumer alone advances `taken`.
  * FUTEX_WAIT sleeps only while seq == taken, so a post between the consumer's check and its sleep
- * makes the wait return at once: no wake-up can be lost.
+ * makes the wait return at once: no wake-up can be lost. A consumer that slept on `taken` was woken
+ * by post taken + 1, whose time is in its own stamp: a producer that does not wait for answers (the
+ * sleep/wake load's waker) may post again before a late consumer reads it, and one shared stamp
+ * would then hold the later post's time.
  */
+#define STAMPS 64 /* posts a consumer may fall behind and still time its wake-up */
+
+struct stamp {
+	_Atomic uint32_t seq; /* the post `ts` belongs to; 0 while it is being rewritten */
+	_Atomic int64_t ts;   /* CLOCK_MONOTONIC ns taken immediately before that post's FUTEX_WAKE */
+};
+
 struct sem {
-	_Atomic uint32_t seq;      /* posts so far (mod 2^32); producer writes */
-	_Atomic uint32_t wake_seq; /* the post `wake_ts` belongs to; published after wake_ts */
-	_Atomic int64_t wake_ts;   /* CLOCK_MONOTONIC ns taken immediately before FUTEX_WAKE */
-	char _pad0[48];            /* the consumer's fields below on their own cache line */
-	uint32_t taken;            /* posts consumed so far; consumer only */
-	uint64_t woken;            /* wake-ups counted; consumer only */
-	uint64_t kept;             /* latencies in `samples`: min(woken, MAX_SAMPLES) */
-	int64_t *samples;          /* MAX_SAMPLES slots in the shared mapping */
+	_Atomic uint32_t seq;         /* posts so far (mod 2^32); producer writes */
+	struct stamp stamps[STAMPS];  /* post n's at n % STAMPS; producer writes */
+	uint32_t taken;               /* posts consumed so far; consumer only */
+	uint64_t woken;               /* wake-ups: waits that slept and were woken by a post */
+	uint64_t kept;                /* latencies in `samples`: woken and timed, at most MAX_SAMPLES */
+	int64_t *samples;             /* MAX_SAMPLES slots in the shared mapping */
 } __attribute__((aligned(64)));
 
 /* The scheduler's statistics of the calling thread: time waited for a CPU, times it got one. */
@@ -109,6 +119,19 @@ static struct sched_account sched_since(struct sched_account before)
 	return (struct sched_account){ now.run_delay_ns - before.run_delay_ns, now.runs - before.runs };
 }
 
+/*
+ * The calling thread's voluntary context switches: every time it slept. In the sleep/wake load's
+ * loop it sleeps only in FUTEX_WAIT, so this counts its wake-ups independently of the futex code.
+ */
+static long long voluntary_switches(void)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_THREAD, &ru))
+		die("getrusage: %s", strerror(errno));
+	return ru.ru_nvcsw;
+}
+
 static void print_account(struct sched_account a)
 {
 	if (a.runs < 0)
@@ -137,24 +160,39 @@ static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct tim
 static void sem_post(struct sem *s)
 {
 	uint32_t next = atomic_load_explicit(&s->seq, memory_order_relaxed) + 1;
+	struct stamp *st = &s->stamps[next % STAMPS];
 
 	atomic_store_explicit(&s->seq, next, memory_order_release);
-	atomic_store_explicit(&s->wake_ts, now_ns(), memory_order_relaxed);
-	/* release: a consumer that reads wake_seq == next reads this post's wake_ts */
-	atomic_store_explicit(&s->wake_seq, next, memory_order_release);
+	/*
+	 * A seqlock of one writer (sequentially consistent stores): the slot reads invalid while its
+	 * time is rewritten, so a reader that sees the same post before and after read its time.
+	 */
+	atomic_store(&st->seq, 0);
+	atomic_store(&st->ts, now_ns());
+	atomic_store(&st->seq, next);
 	futex(&s->seq, FUTEX_WAKE, 1, NULL);
 }
 
+/* The time of post n, if its slot still holds it (fewer than STAMPS posts came after it). */
+static bool stamp_of(struct sem *s, uint32_t n, int64_t *ts)
+{
+	struct stamp *st = &s->stamps[n % STAMPS];
+	uint32_t before = atomic_load(&st->seq);
+
+	*ts = atomic_load(&st->ts);
+	return before == n && atomic_load(&st->seq) == n;
+}
+
 /*
- * Take one post, sleeping while there is none. A wake-up is counted and timed only when the
- * consumer really slept and was woken for this very post: a post that came first has no wake-up.
+ * Take one post, sleeping while there is none. A wake-up is counted only when the consumer really
+ * slept and was woken (a post that came first has none), and timed from the post that woke it.
  * Returns false only when `timeout` passed with no post.
  */
 static bool sem_wait(struct sem *s, const struct timespec *timeout)
 {
 	uint32_t taken = s->taken;
 	bool woken = false;
-	int64_t after = 0;
+	int64_t after = 0, posted;
 
 	while (atomic_load_explicit(&s->seq, memory_order_acquire) == taken) {
 		long rc = futex(&s->seq, FUTEX_WAIT, taken, timeout);
@@ -166,14 +204,12 @@ static bool sem_wait(struct sem *s, const struct timespec *timeout)
 			return false;
 	}
 	s->taken = taken + 1;
-	/* wake_seq == taken + 1: this post's timestamp, not an earlier one's (a wake-up that raced
-	 * with the store); no later post can come before the consumer answers */
-	if (woken && atomic_load_explicit(&s->wake_seq, memory_order_acquire) == taken + 1) {
-		if (s->kept < MAX_SAMPLES)
-			s->samples[s->kept++] =
-				after - atomic_load_explicit(&s->wake_ts, memory_order_relaxed);
-		s->woken++;
-	}
+	if (!woken)
+		return true;
+	s->woken++;
+	/* it slept while seq == taken: the first post after that, taken + 1, woke it */
+	if (stamp_of(s, taken + 1, &posted) && s->kept < MAX_SAMPLES)
+		s->samples[s->kept++] = after - posted;
 	return true;
 }
 
@@ -470,17 +506,20 @@ static int sleep_wake(const char *name, double seconds, int64_t period_ns)
 	struct sched_account mine, start;
 	struct shared *sh;
 	int64_t *store, t0, elapsed, end;
-	long long sum = 0;
+	long long sum = 0, slept;
 	int status;
 	pid_t b = start_pair(name, period_ns, waker, &sh);
 
 	start = sched_account();
+	slept = voluntary_switches();
 	t0 = now_ns();
 	end = t0 + (int64_t)(seconds * 1e9);
 	while (now_ns() < end)
 		take_from_partner(sh, b);
 	elapsed = now_ns() - t0;
-	mine = sched_since(start); /* before the wait for the waker, which is not a wake-up timed */
+	/* before the wait for the waker, which is not a wake-up timed */
+	slept = voluntary_switches() - slept;
+	mine = sched_since(start);
 	atomic_store_explicit(&sh->stop, 1, memory_order_release);
 	if (waitpid(b, &status, 0) != b)
 		die("waitpid: %s", strerror(errno));
@@ -496,7 +535,7 @@ static int sleep_wake(const char *name, double seconds, int64_t period_ns)
 	       elapsed > 0 ? (double)sh->pong.woken / ((double)elapsed / 1e9) : 0.0);
 	print_latencies(store, sh->pong.kept, sum);
 	print_account(mine);
-	printf(", \"samples\": %zu}\n", (size_t)sh->pong.kept);
+	printf(", \"voluntary_switches\": %lld, \"samples\": %zu}\n", slept, (size_t)sh->pong.kept);
 	finish_output();
 	return 0;
 }
