@@ -15,6 +15,7 @@
 - the built-in policy's classes from what BPF reports: a worker woken to reply (a short burst, a
   short sleep, 14 ms of work) is mixed and placed by BPF, a task woken to spin 10 ms stays batch;
 - a task spinning alone on its CPU reports the CPU time of the run going on;
+- the scheduler's process runs with transparent huge pages off;
 - under the client-server pairs of the classifier's run, a task placed while no CPU was idle yet
   kicks the CPU whose dispatch had just found nothing (nr_idle_hint_kicks).
 
@@ -56,6 +57,7 @@ kill $h; wait $h
 $RUN >"$R/waker.log" 2>&1 &
 pid=$!
 wait_state enabled 120; echo $? >"$R/waker.attach.rc"
+grep THP_enabled /proc/$pid/status >"$R/waker.thp" 2>&1
 hogs; h=$!; sleep 2   # the policy's reports classify the hogs
 {WAKER} >"$R/waker-pyland.txt" 2>&1
 # 1b. two wakers that start on CPU 0, then may use both: the hogs still run
@@ -319,6 +321,12 @@ def test_a_periodic_waker_beside_hogs_preempts_within_a_slice(guest: Path) -> No
     assert preempts[-1] > 1000, preempts  # 6 s of a 1 kHz waker, hogs beside it
     assert lines[-1]["policy_reclassified"] > 0  # the hogs went to the batch class: preemptible
     assert read(guest, "waker.rc").strip() == "0"
+
+
+def test_the_scheduler_runs_without_transparent_huge_pages(guest: Path) -> None:
+    """khugepaged, a kernel thread, would otherwise collapse the scheduler's memory beside the load
+    in the first seconds of each run, under the process's mmap lock (harden())."""
+    assert read(guest, "waker.thp").split() == ["THP_enabled:", "0"], read(guest, "waker.thp")
 
 
 def _during(guest: Path, log: str, run: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -19,6 +19,7 @@ from scxctl import log as logsetup
 log = logsetup.get_logger("scxctl.pyland")
 
 MCL_CURRENT, MCL_FUTURE = 1, 2
+PR_SET_THP_DISABLE = 41
 # While it loads and attaches the object (start-up; a restart after CPU hotplug attaches again) the
 # default scheduler runs this process, beside the load it is about to schedule. At nice 0, loading
 # on the one CPU a hotplug left to a stress-ng mix took 30 s, against 1.5 s at start-up. Only then:
@@ -60,6 +61,12 @@ def harden() -> None:
         except (ValueError, OSError) as exc:
             log.warning("cannot raise RLIMIT_MEMLOCK", error=str(exc))
         libc = ctypes.CDLL(None, use_errno=True)
+        # No transparent huge pages, before the lock faults everything in: with THP "always",
+        # khugepaged collapsed this process's memory in the first seconds of each run, about 100 ms
+        # of CPU beside the load (a kernel thread: R6 gives it turns as if it were nice 0), under
+        # this process's mmap lock.
+        if libc.prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0:
+            log.warning("cannot turn transparent huge pages off for the scheduler", errno=ctypes.get_errno())
         if libc.mlockall(MCL_CURRENT | MCL_FUTURE) != 0:
             log.warning("mlockall failed: the scheduler may page-fault", errno=ctypes.get_errno())
         else:
