@@ -30,6 +30,7 @@ from scxctl.bench.workload import (
     rotated,
     run_workload,
 )
+from scxctl.bench.workload_render import describe_run
 from scxctl.bench.workload_schema import REPORT
 from scxctl.errors import ExitCode, UsageError
 from tests.fakeroot import FakeRoot
@@ -306,7 +307,8 @@ def test_deterministic_outputs_and_kept_files(tmp_path: Path) -> None:
 def test_failed_and_timed_out_runs_are_recorded_and_the_rest_goes_on(tmp_path: Path) -> None:
     counter = tmp_path / "n"
     script = (f'n=$(cat {counter} 2>/dev/null || echo 0); echo $((n + 1)) > {counter}; '
-              '[ "$n" -eq 2 ] && exit 3; [ "$n" -eq 4 ] && sleep 30; echo done')
+              '[ "$n" -eq 2 ] && { echo "cannot reach the server"; echo; exit 3; }; '
+              '[ "$n" -eq 4 ] && sleep 30; echo done')
     t0 = time.monotonic()
     proc = workload(["--compare", "default,default", "--rounds", "3", "--warmup", "0", "--timeout", "2",
                      "--json", "--", "sh", "-c", script], tmp_path)
@@ -315,6 +317,9 @@ def test_failed_and_timed_out_runs_are_recorded_and_the_rest_goes_on(tmp_path: P
     runs = report_of(proc)["runs"]
     assert [r["status"] for r in runs] == ["ok", "ok", "failed", "ok", "timeout", "ok"]
     assert runs[2]["exit_status"] == 3
+    assert runs[2]["error"] == "cannot reach the server"  # its last line, blank lines skipped
+    assert describe_run(runs[2]) == "failed (exit status 3): cannot reach the server"  # the terminal's line
+    assert [r["error"] for r in runs if r["status"] == "ok"] == [None] * 4
     assert 2 <= runs[4]["wall_s"] < 5
     assert report_of(proc)["results"]["wall_s"]["schedulers"]["default"]["summary"]["n"] == 2
 

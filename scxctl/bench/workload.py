@@ -58,6 +58,7 @@ POLL_S = 1.0  # the harness's wake-ups while a command runs: health check and pr
 KILL_GRACE_S = 2.0  # SIGTERM to the command's group, then SIGKILL
 FLOOR_RUNS = 5  # spawn-and-wait of /bin/true, the least any run can measure
 OUTPUT_TAIL = 8 << 20  # bytes of a run's output the recognisers read (its end holds the summaries)
+ERROR_LINE = 200  # characters of a failed run's last output line kept as its `error`
 SCHED_EXT = 7  # SCHED_EXT policy: the command joins a scheduler started with --partial
 WALL, CPU = "wall_s", "cpu_s"
 
@@ -335,6 +336,12 @@ def _output_file(opts: WorkloadOptions, rnd: int | None, pos: int, label: str
     return path.open("w+b"), str(path)
 
 
+def _last_line(text: str) -> str | None:
+    """The last line with something on it, cut to ERROR_LINE characters; None for no output."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:ERROR_LINE] if lines else None
+
+
 def _read_tail(f: IO[bytes]) -> str:
     size = f.seek(0, os.SEEK_END)
     f.seek(max(0, size - OUTPUT_TAIL))
@@ -379,7 +386,10 @@ def _one_run(opts: WorkloadOptions, spec: SchedulerSpec | None, rnd: int | None,
                        harness_cpu_s=round(ex.harness_cpu_s, 4), harness_wakeups=ex.harness_wakeups)
             run[WALL] = round(ex.wall_s, 6)
             run[CPU] = round(ex.user_s + ex.sys_s, 4)
-            run["metrics"], run["missing_metrics"] = _metrics(_read_tail(out), opts, catalog)
+            tail = _read_tail(out)
+            run["metrics"], run["missing_metrics"] = _metrics(tail, opts, catalog)
+            if ex.status == "failed":  # why, kept even when the output is not (--keep-output)
+                run["error"] = _last_line(tail)
     finally:
         out.close()
         run["after"] = machine_state(sysroot)

@@ -71,7 +71,8 @@ def describe_run(run: dict[str, Any]) -> str:
     if s == "ok":
         return "ok"
     if s == "failed":
-        return f"failed (exit status {run['exit_status']})"
+        why = f": {run['error']}" if run["error"] else ""
+        return f"failed (exit status {run['exit_status']}){why}"
     if s == "timeout":
         return "timed out"
     if s == "invalid":
