@@ -10,15 +10,19 @@
  *
  * pingpong: two processes named NAME, A pinned to the first CPU of the affinity mask and B to the
  * second, bounce a futex semaphore pair; every FUTEX_WAIT that slept and was woken by a post is a
- * wake-up, timed from just before that post's FUTEX_WAKE to just after the wait returned. wake (the sleep/wake load): one process named NAME, pinned to the first CPU, sleeps on
- * a futex until a waker (named wake-load-waker, pinned to the second CPU) wakes it once every P
- * microseconds (default 1000); every wake-up is timed as pingpong's are, from the waker's timestamp,
- * so how late the waker's own timer fired is not in it. The waker does not wait for answers: a
- * sleeper woken late may find later posts already there, and takes them without sleeping; its
- * `voluntary_switches` (the kernel's count of its sleeps in that loop) should equal `wakeups`. sleep: one process named NAME, pinned to
- * the first CPU, 1 ns timer slack, sleeping P microseconds in a loop; every sleep is a wake-up,
- * timed as the oversleep, which holds the timer interrupt's lateness too (no wake-up tracer sees
- * that part: it comes before the wake-up).
+ * wake-up, timed from just before that post's FUTEX_WAKE to just after the wait returned.
+ *
+ * wake (the sleep/wake load): one process named NAME, pinned to the first CPU, sleeps on a futex
+ * until a waker (named wake-load-waker, pinned to the second CPU) wakes it once every P
+ * microseconds (default 1000); every wake-up is timed as pingpong's are, from the waker's
+ * timestamp, so how late the waker's own timer fired is not in it. The waker does not wait for
+ * answers: a sleeper woken late may find later posts already there, and takes them without
+ * sleeping. `voluntary_switches` is the kernel's count of the sleeper's sleeps in that loop, which
+ * `wakeups` should equal.
+ *
+ * sleep: one process named NAME, pinned to the first CPU, 1 ns timer slack, sleeping P
+ * microseconds in a loop; every sleep is a wake-up, timed as the oversleep, which holds the timer
+ * interrupt's lateness too (no wake-up tracer sees that part: it comes before the wake-up).
  *
  * All three also report the kernel's own account of the same delays, from its scheduler statistics
  * (/proc/thread-self/schedstat, summed over the threads named NAME): `runs`, the times a thread got a

@@ -338,8 +338,7 @@ def _output_file(opts: WorkloadOptions, rnd: int | None, pos: int, label: str
 
 def _last_line(text: str) -> str | None:
     """The last line with something on it, cut to ERROR_LINE characters; None for no output."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1][:ERROR_LINE] if lines else None
+    return text.rstrip().rpartition("\n")[2].strip()[:ERROR_LINE] or None
 
 
 def _read_tail(f: IO[bytes]) -> str:
