@@ -39,6 +39,37 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), mode)
 
 
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+
+
+def replace_volatile(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Atomic but not durable, for the runtime directory (a tmpfs a reboot empties anyway): a reader
+    sees the old content or the new, never a mix, but nothing is fsynced and the temp file is named
+    by the writer's pid. The scheduler's loop publishes its counters so every second, and under
+    emulation each system call and path object it saves is CPU time the workload was waiting for."""
+    name = os.fspath(path)
+    head, tail = os.path.split(name)
+    tmp = os.path.join(head, f".{tail}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, _NEW_FILE, mode)
+    except FileNotFoundError:
+        os.makedirs(head, exist_ok=True)
+        fd = os.open(tmp, _NEW_FILE, mode)
+    try:
+        try:
+            os.fchmod(fd, mode)  # the mode asked for, not the umask's
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, name)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
 def read_if_exists(path: Path) -> bytes | None:
     """The file's bytes, or None when it does not exist (a first start: defaults apply).
 

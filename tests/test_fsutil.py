@@ -69,3 +69,43 @@ def test_locked_excludes_another_holder_until_released(tmp_path: Path) -> None:
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
     with open(path, "a") as other:
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released when the block ended
+
+
+def test_volatile_replace_creates_parents_and_sets_the_mode_whatever_the_umask(tmp_path: Path) -> None:
+    target = tmp_path / "run" / "scxctl" / "stats.json"
+    old = os.umask(0o077)
+    try:
+        fsutil.replace_volatile(target, b'{"a": 1}\n')
+        inode = target.stat().st_ino
+        fsutil.replace_volatile(target, b'{"a": 2}\n')
+    finally:
+        os.umask(old)
+    assert target.read_bytes() == b'{"a": 2}\n'
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644  # readable by the scxctl group's readers
+    assert target.stat().st_ino != inode  # renamed over, never rewritten in place
+    assert os.listdir(target.parent) == ["stats.json"]
+
+
+def test_volatile_replace_failure_keeps_old_content_and_removes_the_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "f"
+    target.write_text("old")
+
+    def short_disk(fd: int, data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fsutil.os, "write", short_disk)
+    with pytest.raises(OSError, match="No space left"):
+        fsutil.replace_volatile(target, b"new")
+    assert target.read_text() == "old"
+    assert os.listdir(tmp_path) == ["f"]
+
+
+def test_volatile_replace_writes_everything_across_short_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_write = os.write
+    monkeypatch.setattr(fsutil.os, "write", lambda fd, data: real_write(fd, bytes(data[:3])))
+    fsutil.replace_volatile(tmp_path / "f", b"0123456789")
+    assert (tmp_path / "f").read_bytes() == b"0123456789"

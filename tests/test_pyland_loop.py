@@ -340,6 +340,18 @@ def test_a_record_that_wakes_the_loop_is_decided_before_the_service(harness: Har
     assert loop.stats.waits >= 2  # it slept before the records came, and after deciding them
 
 
+@pytest.mark.parametrize("steer", [True, False], ids=["steer", "round-trip"])
+def test_a_steering_loop_yields_its_cpu_before_each_service(harness: Harness, steer: bool) -> None:
+    """A service runs for milliseconds under emulation and no wake-up can take the loop's CPU while
+    it does: in steer mode the tasks already waiting for that CPU get it first. In round-trip mode
+    they wait for the loop's decisions, and it does not yield to them."""
+    loop = harness.loop(fifo(), steer=steer)
+    events: list[str] = []
+    loop.yield_fn = lambda: events.append("yield")
+    loop.run(lambda: events.count("service") >= 3, lambda: events.append("service"), wait_s=0.01)
+    assert events == (["yield", "service"] if steer else ["service"]) * 3
+
+
 @pytest.mark.parametrize("harness", ["dispatched_big"], indirect=True)
 def test_big_batch_roundtrip_with_deadline_policy(harness: Harness) -> None:
     policy = load_policy("deadline", PolicyOptions(nr_cpus=2))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scxctl import paths
-from scxctl.fsutil import atomic_write_text, read_owned_json, remove_owned
+from scxctl.fsutil import read_owned_json, remove_owned, replace_volatile
 from scxctl.log import get_logger
 from scxctl.pyland.records import CGROUP_BW, CGROUP_BW_FIELDS
 from scxctl.sysfs import SysRoot
@@ -58,7 +58,7 @@ class CgroupReport:
             return
         try:
             doc = self.snapshot(counters)
-            atomic_write_text(snapshot_path(), json.dumps(doc, sort_keys=True) + "\n")
+            replace_volatile(snapshot_path(), (json.dumps(doc, sort_keys=True) + "\n").encode())
             self._written = bool(doc["cgroups"])
         except OSError as exc:  # a missing runtime directory must not stop the scheduler
             self._failed = True

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from scxctl import paths
-from scxctl.fsutil import atomic_write_text, read_owned_json, remove_owned
+from scxctl.fsutil import read_owned_json, remove_owned, replace_volatile
 from scxctl.log import get_logger
 
 log = get_logger("scxctl.pyland")
@@ -45,7 +45,7 @@ class StatsReport:
         doc = {"schema": SCHEMA, "pid": os.getpid(), "monotonic": time.monotonic(), "wall": time.time(),
                "interval_s": self.interval_s, **build()}
         try:
-            atomic_write_text(self.path, json.dumps(doc, sort_keys=True) + "\n")
+            replace_volatile(self.path, (json.dumps(doc, sort_keys=True) + "\n").encode())
         except OSError as exc:  # a missing runtime directory must not stop the scheduler
             self._failed = True
             log.warning("cannot write pyland's counters for scxctl stats", path=str(self.path),
