@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,18 +30,22 @@ def test_replaces_and_sets_mode(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == ["f"]
 
 
+@pytest.mark.parametrize(("writer", "failing"), [
+    (fsutil.atomic_write_bytes, "fsync"), (fsutil.atomic_write_bytes, "replace"),
+    (fsutil.replace_volatile, "write"), (fsutil.replace_volatile, "replace"),
+], ids=["atomic-fsync", "atomic-replace", "volatile-write", "volatile-replace"])
 def test_failure_keeps_old_content_and_removes_the_temp(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: Callable[[Path, bytes], None], failing: str
 ) -> None:
     target = tmp_path / "f"
     target.write_text("old")
 
-    def broken_replace(src: str, dst: str) -> None:
+    def no_space(*_args: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(fsutil.os, "replace", broken_replace)
+    monkeypatch.setattr(fsutil.os, failing, no_space)
     with pytest.raises(OSError, match="No space left"):
-        fsutil.atomic_write_text(target, "new")
+        writer(target, b"new")
     assert target.read_text() == "old"
     assert os.listdir(tmp_path) == ["f"]
 
@@ -84,22 +89,6 @@ def test_volatile_replace_creates_parents_and_sets_the_mode_whatever_the_umask(t
     assert stat.S_IMODE(target.stat().st_mode) == 0o644  # readable by the scxctl group's readers
     assert target.stat().st_ino != inode  # renamed over, never rewritten in place
     assert os.listdir(target.parent) == ["stats.json"]
-
-
-def test_volatile_replace_failure_keeps_old_content_and_removes_the_temp(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    target = tmp_path / "f"
-    target.write_text("old")
-
-    def short_disk(fd: int, data: bytes) -> int:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(fsutil.os, "write", short_disk)
-    with pytest.raises(OSError, match="No space left"):
-        fsutil.replace_volatile(target, b"new")
-    assert target.read_text() == "old"
-    assert os.listdir(tmp_path) == ["f"]
 
 
 def test_volatile_replace_writes_everything_across_short_writes(
