@@ -70,6 +70,11 @@ def replace_volatile(path: Path, data: bytes, mode: int = 0o644) -> None:
         raise
 
 
+def replace_volatile_json(path: Path, doc: dict[str, Any]) -> None:
+    """`doc` as one line of sorted JSON, by `replace_volatile`: the snapshots readers poll."""
+    replace_volatile(path, (json.dumps(doc, sort_keys=True) + "\n").encode())
+
+
 def read_if_exists(path: Path) -> bytes | None:
     """The file's bytes, or None when it does not exist (a first start: defaults apply).
 

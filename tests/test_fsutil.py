@@ -98,3 +98,11 @@ def test_volatile_replace_writes_everything_across_short_writes(
     monkeypatch.setattr(fsutil.os, "write", lambda fd, data: real_write(fd, bytes(data[:3])))
     fsutil.replace_volatile(tmp_path / "f", b"0123456789")
     assert (tmp_path / "f").read_bytes() == b"0123456789"
+
+
+def test_volatile_json_is_one_sorted_line_that_read_owned_json_reads_back(tmp_path: Path) -> None:
+    target = tmp_path / "run" / "snapshot.json"
+    fsutil.replace_volatile_json(target, {"pid": 7, "b": [1, 2], "a": {"z": 0, "y": 1}})
+    assert target.read_bytes() == b'{"a": {"y": 1, "z": 0}, "b": [1, 2], "pid": 7}\n'
+    assert fsutil.read_owned_json(target, 7) == {"pid": 7, "b": [1, 2], "a": {"z": 0, "y": 1}}
+    assert fsutil.read_owned_json(target, 8) is None  # another writer's

@@ -9,7 +9,6 @@ second and atomically, and removes it when it stops; the daemon reads it for the
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scxctl import paths
-from scxctl.fsutil import read_owned_json, remove_owned, replace_volatile
+from scxctl.fsutil import read_owned_json, remove_owned, replace_volatile_json
 from scxctl.log import get_logger
 from scxctl.pyland.records import CGROUP_BW, CGROUP_BW_FIELDS
 from scxctl.sysfs import SysRoot
@@ -58,7 +57,7 @@ class CgroupReport:
             return
         try:
             doc = self.snapshot(counters)
-            replace_volatile(snapshot_path(), (json.dumps(doc, sort_keys=True) + "\n").encode())
+            replace_volatile_json(snapshot_path(), doc)
             self._written = bool(doc["cgroups"])
         except OSError as exc:  # a missing runtime directory must not stop the scheduler
             self._failed = True

@@ -9,7 +9,6 @@ stale one (a pyland that was killed, or hangs) by its age and its pid.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from scxctl import paths
-from scxctl.fsutil import read_owned_json, remove_owned, replace_volatile
+from scxctl.fsutil import read_owned_json, remove_owned, replace_volatile_json
 from scxctl.log import get_logger
 
 log = get_logger("scxctl.pyland")
@@ -45,7 +44,7 @@ class StatsReport:
         doc = {"schema": SCHEMA, "pid": os.getpid(), "monotonic": time.monotonic(), "wall": time.time(),
                "interval_s": self.interval_s, **build()}
         try:
-            replace_volatile(self.path, (json.dumps(doc, sort_keys=True) + "\n").encode())
+            replace_volatile_json(self.path, doc)
         except OSError as exc:  # a missing runtime directory must not stop the scheduler
             self._failed = True
             log.warning("cannot write pyland's counters for scxctl stats", path=str(self.path),
