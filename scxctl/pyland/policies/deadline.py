@@ -8,11 +8,13 @@ wake-ups does not make a hog), and how often a record's shortest burst (min_burs
 - a task whose bursts average within a quarter of the budget is interactive (class 0: placed at
   once, never preempted by a wake-up);
 - a longer one that still often runs briefly after a wake-up is mixed (class 2: placed at once,
-  and preempted by a waking task with an earlier deadline). Such a task serves someone: a
-  request's worker that is woken to reply, then computes; its partner waits on its wake-ups;
+  and not preempted by a wake-up either). Such a task serves someone: a request's worker that is
+  woken to reply, then computes; its partner waits on its wake-ups, and mostly wakes it just
+  before blocking itself, so the woken worker takes the waker's CPU a moment later: preempting the
+  other worker instead moves both (a reschedule IPI, then the preempted one to another CPU);
 - one whose bursts are all long is batch (class 1: its wake-ups wait for decide(), which keeps
-  BPF's deadline, and it is preempted like a mixed task). A CPU-bound task seldom wakes, so its
-  round trips cost little, and the task that shares its CPU with it gets there first.
+  BPF's deadline, and a waking task with an earlier deadline preempts it). A CPU-bound task seldom
+  wakes, so its round trips cost little, and the task that shares its CPU with it gets there first.
 An interactive task runs before one that woke at the same time, and at once beside a hog. A task
 is told only when its class changes (its record carries the class BPF has for it).
 
@@ -82,7 +84,7 @@ CHARGE_CAP_BUDGETS = 2  # one record charges at most 2 budgets (a placed task's 
 BOOST_BUDGET_DIVISOR = 4  # bursts averaging at most budget / 4 (5 ms by default) are "short"
 INTERACTIVE = 0  # steer mode's classes: short bursts, placed by BPF at once
 BATCH = 1  # long bursts only: wake-ups decided here
-MIXED = 2  # long bursts on average, often a short one: placed by BPF, preemptible
+MIXED = 2  # long bursts on average, often a short one: placed by BPF, not preempted
 # How often a task's records showed a short burst: each record moves the score a quarter of the way
 # to SHORT_FULL (it showed one) or to 0. A short burst in every other record settles at 110-146, in
 # every fourth at 40-94; a task becomes mixed at MIXED_ENTER (one short burst from nothing) and
@@ -165,7 +167,7 @@ class DeadlinePolicy(Policy):
         return {
             INTERACTIVE: Params(),
             BATCH: Params(sync=True, preemptible=True),
-            MIXED: Params(preemptible=True),
+            MIXED: Params(),
         }
 
     def observe(self, task: Task, params: Params) -> bool:
