@@ -510,3 +510,28 @@ def test_scheduler_ignoring_sigterm_is_killed(
     t0 = time.monotonic()
     sched.stop(timeout_s=0.5)
     assert not alive(pid) and time.monotonic() - t0 < 5
+
+
+def test_a_launcher_whose_name_is_not_its_ops_is_told_how_to_name_them(
+    fake_kernel: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A wrapper script named `launch` that loads ops `fake`: the start times out, and the error
+    says what did load and how to make the comparison expect it."""
+    from scxctl.bench.scheduler import RunningScheduler, parse_scheduler
+    from scxctl.errors import ScxctlError
+    from scxctl.sysfs import SysRoot
+
+    for k, v in fake_kernel["env"].items():
+        monkeypatch.setenv(k, v)
+    launch = tmp_path / "launch"
+    launch.write_bytes(Path(fake_kernel["binary"]).read_bytes())
+    launch.chmod(0o755)
+    sched = RunningScheduler(parse_scheduler(str(launch)), SysRoot(fake_kernel["root"]), start_timeout_s=1.0)
+    try:
+        with pytest.raises(ScxctlError) as err:
+            sched.start()
+    finally:
+        sched.stop(timeout_s=2)
+    msg = str(err.value)
+    assert "was not enabled as 'launch'" in msg and "ops fake" in msg, msg
+    assert "(scx_NAME) unless --ops-name says 'fake'" in msg, msg

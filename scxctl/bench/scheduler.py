@@ -208,6 +208,9 @@ class RunningScheduler:
                 )
             if time.monotonic() > deadline:
                 what = f"state {st.state}, ops {st.ops or '-'}"
+                if st.enabled and st.ops and seq_moved:  # it loaded, under another name
+                    what += (f": the ops expected come from the file name (scx_NAME) unless "
+                             f"--ops-name says {st.ops!r}")
                 raise ScxctlError(
                     f"{self.spec.label} was not enabled as {expected!r} within {self.start_timeout_s:.0f} s "
                     f"({what})"
