@@ -463,6 +463,7 @@ static void enqueue_usersched(struct task_struct *p, u64 enq_flags)
 {
 	struct cpu_ctx *cctx;
 
+	shared.usersched_queued_at = pyl_now();	/* reports_due counts its wait from here */
 	if (enq_flags & SCX_ENQ_LAST) {	/* nothing else wants its CPU: it goes on */
 		pyl_dsq_insert(p, SCX_DSQ_LOCAL, USERSCHED_SLICE_NS, enq_flags);
 		return;
@@ -1002,8 +1003,11 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 	 * always true, and tasks placed here would starve behind the scheduler until the watchdog.
 	 */
 	if (!(prev && is_usersched(prev)) && (usersched_has_pending() || reports_due(now)) &&
-	    pyl_dsq_move_to_local(SCHED_DSQ))
+	    pyl_dsq_move_to_local(SCHED_DSQ)) {
+		if (cctx)	/* a turn owed, not one in a gap: no wake-up cuts it (wake_preempts) */
+			cctx->loop_owed = true;
 		return;
+	}
 	if (cctx)	/* taken from, or found empty: served either way (direct_wake_allowed) */
 		cctx->served_at = now;
 	if (take_earliest(cpu))
@@ -1039,10 +1043,21 @@ void BPF_STRUCT_OPS(pyland_running, struct task_struct *p)
 	if (cctx) {
 		cctx->running_deadline = 0;
 		cctx->going_idle = false;
+		cctx->running_loop = false;
 	}
 	if (is_usersched(p)) {
 		if (cctx && !pyl_custom_dsqs())
 			cctx->usersched_queued = false;
+		/*
+		 * Steer mode owes no task a decision but the sync ones, which wake_preempts checks
+		 * for: a turn the scheduler took because this CPU had nothing else (the last branch
+		 * of ops.dispatch) yields to a wake-up. Custom DSQs only: with the built-in ones it
+		 * is woken to the head of a local DSQ, never through ops.dispatch.
+		 */
+		if (cctx) {
+			cctx->running_loop = cfg.steer && pyl_custom_dsqs() && !cctx->loop_owed;
+			cctx->loop_owed = false;
+		}
 		shared.usersched_last_run_at = pyl_now();
 		__sync_fetch_and_add(&shared.nr_usersched_runs, 1);
 		return;
@@ -1080,8 +1095,10 @@ void BPF_STRUCT_OPS(pyland_stopping, struct task_struct *p, bool runnable)
 	struct task_ctx *tctx;
 	u64 now;
 
-	if (cctx)	/* nothing to preempt here until the next task runs */
+	if (cctx) {	/* nothing to preempt here until the next task runs */
 		cctx->running_deadline = 0;
+		cctx->running_loop = false;
+	}
 	if (is_usersched(p))
 		return;
 	tctx = lookup_task_ctx(p);

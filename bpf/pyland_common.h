@@ -85,6 +85,8 @@ struct cpu_ctx {
 	u32 running_weight;	/* its weight when it began to run (nice 0: 100) */
 	bool running_own;	/* the running task has params of its own: running_preemptible applies */
 	bool running_preemptible;
+	bool running_loop;	/* the scheduler runs here in a gap: a wake-up may take the CPU back */
+	bool loop_owed;		/* ops.dispatch ran the scheduler for work it owes (R3): not a gap */
 };
 
 struct {
@@ -168,5 +170,6 @@ static __always_inline u64 fallback_deadline(struct task_ctx *tctx);
 static __always_inline void fill_record(struct pyland_task *rec, struct task_struct *p, struct task_ctx *tctx,
 					u64 enq_flags, u32 kind, bool placed, u64 now);
 static bool send_to_policy(struct task_struct *p, struct task_ctx *tctx, u64 enq_flags, bool placed, u64 now);
+static __always_inline bool usersched_has_pending(void);
 
 #endif /* __PYLAND_COMMON_H */

@@ -174,8 +174,26 @@ static __always_inline s32 steer_select_cpu(struct task_struct *p, struct task_c
 }
 
 /*
- * Does the waking task preempt the task running on `cpu`? Only one with a later deadline (the
- * scheduler, kernel threads and idle CPUs have none: running_deadline 0), and only when
+ * Does the scheduler's turn running on this CPU yield to a wake-up? Only a turn it took in a gap
+ * (running_loop: the CPU had nothing else to run), and only while it owes no decision: its turns
+ * take milliseconds of Python, and a wake-up must not wait them out. A turn ops.dispatch owed it
+ * (work, or reports a period old) is never cut, so it always makes progress. Not gated like the
+ * other preemptions: a wake-up gated here would wait out the rest of the turn, and no storm can
+ * come of it, since each one ends a turn that began when a CPU had nothing else to run.
+ */
+static __always_inline bool loop_yields(const struct cpu_ctx *cctx)
+{
+	if (!cctx->running_loop || usersched_has_pending())
+		return false;
+	__sync_fetch_and_add(&shared.nr_wake_preempts, 1);
+	__sync_fetch_and_add(&shared.nr_loop_preempts, 1);
+	return true;
+}
+
+/*
+ * Does the waking task preempt the task running on `cpu`? The scheduler's turn in a gap, always
+ * (loop_yields); else only one with a later deadline (kernel threads and idle CPUs have none:
+ * running_deadline 0), and only when
  * - the running task is one the policy made preemptible (a CPU hog) and the waking one is not:
  *   a preemption then always hands a hog's CPU to a task that is never preempted in turn, so no
  *   chain of wakers preempts each other (a preemption storm), and no more preemptions happen than
@@ -199,7 +217,11 @@ static __always_inline bool wake_preempts(struct task_struct *p, struct task_ctx
 	if (!cfg.preempt_gap_ns || cpu < 0 || cpu >= MAX_CPUS || !bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
 		return false;
 	cctx = lookup_cpu_ctx(cpu);
-	if (!cctx || !cctx->running_deadline)
+	if (!cctx)
+		return false;
+	if (loop_yields(cctx))
+		return true;
+	if (!cctx->running_deadline)
 		return false;
 	running_deadline = cctx->running_deadline;
 	lighter = cctx->running_weight < params_weight(pp, p);
@@ -354,14 +376,17 @@ static void steer_report(struct task_struct *p, struct task_ctx *tctx, u64 now)
 }
 
 /*
- * Reports wait and the loop has not run for a report period: it gets a turn as if it had work.
+ * Reports wait and the loop has waited a report period for a CPU: it gets a turn as if it had work.
  * Reports are no work for it otherwise (they must not cut slices), and under CPU hogs on every CPU
  * the loop would then run only when a CPU idles: the policy would never learn, and the kernel's
- * watchdog would eject pyland for its own waiting thread.
+ * watchdog would eject pyland for its own waiting thread. Counted from when it began to wait, not
+ * from its last run: a loop that slept a period is not late, and its turn is taken in the next
+ * gap, where a wake-up may cut it (wake_preempts); the tick cuts a slice for it only when no gap
+ * came within the period.
  */
 static __always_inline bool reports_due(u64 now)
 {
-	return cfg.steer && pyl_elapsed(now, shared.usersched_last_run_at) >= cfg.report_ns &&
+	return cfg.steer && pyl_elapsed(now, shared.usersched_queued_at) >= cfg.report_ns &&
 	       bpf_ringbuf_query(&reports, BPF_RB_AVAIL_DATA) > 0;
 }
 

@@ -17,13 +17,16 @@
 - a task spinning alone on its CPU reports the CPU time of the run going on;
 - the scheduler's process runs with transparent huge pages off;
 - under the client-server pairs of the classifier's run, a task placed while no CPU was idle yet
-  kicks the CPU whose dispatch had just found nothing (nr_idle_hint_kicks).
+  kicks the CPU whose dispatch had just found nothing (nr_idle_hint_kicks);
+- a periodic waker pinned to the CPU where the scheduler's own long turns take the gaps preempts
+  them (nr_loop_preempts), and the loop still writes its stats lines.
 
 The default scheduler runs the same waker load first in the same boot, for the figures printed.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -183,6 +186,22 @@ sleep 1.2   # a stats line after them all
 kill -TERM $pid; wait $pid; echo $? >"$R/classes.rc"
 wait_state disabled 30
 
+# 8. the scheduler's turns in a gap: a policy whose stats() spins 30 ms, a stats line every 0.25 s,
+#    the scheduler pinned to CPU 1 beside a periodic waker pinned there (cyclictest's -a: taskset
+#    alone leaves its measuring thread free to run on CPU 0), a hog pinned to CPU 0. The loop's
+#    turns take CPU 1's gaps, and the waker's wake-ups there must take the CPU back.
+taskset -c 1 $RUN --stats-interval 0.25 --policy /tmp/test-policies/slow_turns.py >"$R/turns.log" 2>&1 &
+pid=$!
+wait_state enabled 120; echo $? >"$R/turns.attach.rc"
+taskset -c 0 stress-ng --cpu 1 --timeout 60 >/dev/null 2>&1 &
+h=$!; sleep 2
+date +%s.%N >"$R/turns.t0"
+cyclictest -t 1 -a 1 -i 1000 -D 6 -q -m -h 20000 >"$R/turns.txt" 2>&1
+date +%s.%N >"$R/turns.t1"; sleep 1.2
+kill $h; wait $h
+kill -TERM $pid; wait $pid; echo $? >"$R/turns.rc"
+wait_state disabled 30
+
 # 5. stuck in observe(): the watchdog detaches within its budget
 export ARM_FILE=/tmp/arm
 rm -f $ARM_FILE
@@ -277,6 +296,22 @@ class WatchClasses(DeadlinePolicy):
                 "lone_reports": len(runs), "lone_median_run_ns": runs[len(runs) // 2] if runs else -1}
 """
 
+SLOW_TURNS = """
+import time
+
+from scxctl.pyland.policies.deadline import DeadlinePolicy
+
+
+class SlowTurns(DeadlinePolicy):
+    name = "slow-turns"
+
+    def stats(self):
+        end = time.perf_counter() + 0.030  # a long turn of the loop, five times a second
+        while time.perf_counter() < end:
+            pass
+        return super().stats()
+"""
+
 
 @pytest.fixture(scope="module")
 def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -288,6 +323,7 @@ def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     (policies / "prefer.py").write_text(PREFER)
     (policies / "all_preemptible.py").write_text(ALL_PREEMPTIBLE)
     (policies / "watch_classes.py").write_text(WATCH_CLASSES)
+    (policies / "slow_turns.py").write_text(SLOW_TURNS)
     (policies / "misbehave.py").write_text((POLICIES / "misbehave.py").read_text())
     res = vm.run("bash /tmp/steer_scenario.sh", timeout=1200, cpus=2, mem="2G",
                  copy=[(str(script), "/tmp/steer_scenario.sh"), (str(policies), "/tmp/test-policies")],
@@ -467,3 +503,36 @@ def test_a_task_placed_as_a_cpu_goes_idle_kicks_that_cpu(guest: Path) -> None:
     last = stats_lines(read(guest, "classes.log"))[-1]
     print(f"\nkicks of a CPU on its way to idle: {last['nr_idle_hint_kicks']}")
     assert last["nr_idle_hint_kicks"] > 0, last
+
+
+def samples_over(text: str, us: int) -> tuple[int, int]:
+    """cyclictest -h's samples at or over `us` (overflows included), and all its samples."""
+    rows = [line.split() for line in text.splitlines() if re.fullmatch(r"\d{6}( \d+)+", line.strip())]
+    over = re.search(r"^# Histogram Overflows: (\d+)", text, re.M)
+    overflows = int(over.group(1)) if over else 0
+    late = sum(int(r[1]) for r in rows if int(r[0]) >= us) + overflows
+    return late, sum(int(r[1]) for r in rows) + overflows
+
+
+def test_a_wake_up_takes_the_cpu_back_from_the_schedulers_turn_in_a_gap(guest: Path) -> None:
+    """The policy's stats() spins 30 ms, about five times a second (a stats line every 0.25 s and
+    the snapshot), in turns the loop, pinned to CPU 1, takes in the gaps of a waker pinned there.
+    Turns no wake-up could cut held the waker up to the loop's 20 ms slice: with the build before,
+    46 of about 5100 samples were 10 ms or more in each of two runs of this scenario in one boot,
+    against 0 and 1 of about 5850 with the change. Cut, the waker waits only for the preemption;
+    the loop still gets its turns."""
+    assert read(guest, "turns.attach.rc").strip() == "0", read(guest, "turns.log")[-2000:]
+    text = read(guest, "turns.txt")
+    waker = latencies(text)
+    late, samples = samples_over(text, 10_000)
+    before, after = _during(guest, "turns.log", "turns")
+    cut = after["nr_loop_preempts"] - before["nr_loop_preempts"]
+    t0, t1 = float(read(guest, "turns.t0")), float(read(guest, "turns.t1"))
+    lines = [s for s in stats_lines(read(guest, "turns.log"))
+             if t0 <= datetime.fromisoformat(s["timestamp"]).timestamp() <= t1]
+    print(f"\nwaker beside the loop's 30 ms turns on CPU 1 (us): {waker}; {late} of {samples} samples "
+          f">= 10 ms; turns cut: {cut}; stats lines in {t1 - t0:.1f} s: {len(lines)}")
+    assert cut > 0, (before, after)
+    assert samples > 4000 and late <= samples // 1000, text[-1500:]
+    assert len(lines) >= 2 * int(t1 - t0), [s["timestamp"] for s in lines]  # half the lines due
+    assert read(guest, "turns.rc").strip() == "0"

@@ -133,6 +133,8 @@ SHARED_COUNTERS = (
     "policy_alarmed",
     "idle_hint",
     "nr_idle_hint_kicks",
+    "nr_loop_preempts",
+    "usersched_queued_at",
     # written by user space
     "nr_consumed",
     "nr_scheduled",
@@ -151,4 +153,4 @@ EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")
 SHARED_SIZE = EXIT_OFFSET + EXIT_INFO.size
 
 assert TASK.size == 144 and DECISION.size == 48 and UPDATE.size == 56 and CONFIG.size == 112
-assert SHARED_SIZE == 1688
+assert SHARED_SIZE == 1704
