@@ -1248,6 +1248,45 @@ void BPF_STRUCT_OPS(pyland_cgroup_set_bandwidth, struct cgroup *cgrp, u64 period
 	bw_set(cgrp->kn->id, period_us, quota_us, burst_us);
 }
 
+/* task_struct.__state bits (include/linux/sched.h): defines, so not in vmlinux.h */
+#define PYL_TASK_UNINTERRUPTIBLE	0x2
+#define PYL_TASK_STOPPED_OR_TRACED	(0x4 | 0x8)
+
+/*
+ * The exit message of check_progress, by what the loop thread was doing when it gave up: waiting
+ * for a CPU is this scheduler failing its own process, asleep or blocked in the kernel is user
+ * space waiting on something else (a lock, I/O), stopped is a debugger or SIGSTOP. Four formats,
+ * since the message takes numbers only.
+ */
+static __always_inline char *no_progress_fmt(void)
+{
+	static char waiting[] = "pyland: user space made no progress for %llu ms with work pending "
+				"(its loop thread was waiting for a CPU)";
+	static char asleep[] = "pyland: user space made no progress for %llu ms with work pending "
+			       "(its loop thread was asleep)";
+	static char blocked[] = "pyland: user space made no progress for %llu ms with work pending "
+				"(its loop thread was blocked in the kernel)";
+	static char stopped[] = "pyland: user space made no progress for %llu ms with work pending "
+				"(its loop thread was stopped)";
+	struct task_struct *p = bpf_task_from_pid(cfg.usersched_tgid);	/* the main thread */
+	unsigned int state;
+	bool on_cpu;
+
+	if (!p)
+		return waiting;	/* never: the process outlives its attachment */
+	state = p->__state;
+	on_cpu = p->on_cpu;
+	bpf_task_release(p);
+	if (state & PYL_TASK_STOPPED_OR_TRACED)
+		return stopped;
+	if (state & PYL_TASK_UNINTERRUPTIBLE)
+		return blocked;
+	if (state)
+		return asleep;
+	/* runnable: on a CPU here means it runs now, after the whole bound off one */
+	return on_cpu ? asleep : waiting;
+}
+
 /*
  * The backstop for a user space that cannot act: its own watchdog detaches pyland when the policy
  * overruns its budget, but a process stopped (SIGSTOP), or stuck in native code that holds the
@@ -1260,7 +1299,6 @@ static void check_progress(void)
 {
 	u64 now = bpf_ktime_get_ns(), consumed = shared.nr_consumed;
 	unsigned long long arg[1];
-	static char fmt[] = "pyland: user space made no progress for %llu ms with work pending";
 
 	/*
 	 * The clock starts when user space stamps progress_at as its loop begins: ops.init arms this
@@ -1277,9 +1315,9 @@ static void check_progress(void)
 	arg[0] = pyl_elapsed(now, shared.progress_at) / 1000000;	/* user space may stamp after `now` */
 	if (policy_stalled(now, PROGRESS_BUDGETS * cfg.stall_ns)) {
 		arg[0] = (now - shared.policy_since) / 1000000;	/* the policy's overrun */
-		pyl_exit(PYLAND_EXIT_STALLED, fmt, arg, sizeof(arg));
+		pyl_exit(PYLAND_EXIT_STALLED, no_progress_fmt(), arg, sizeof(arg));
 	} else if (pyl_elapsed(now, shared.progress_at) > PROGRESS_BUDGETS * cfg.stall_ns) {
-		pyl_exit(PYLAND_EXIT_STALLED, fmt, arg, sizeof(arg));
+		pyl_exit(PYLAND_EXIT_STALLED, no_progress_fmt(), arg, sizeof(arg));
 	}
 }
 

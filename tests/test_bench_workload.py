@@ -89,8 +89,8 @@ def test_cyclictest_per_thread_lines() -> None:
                    "cyclictest.T1.min_us": 64, "cyclictest.T1.avg_us": 94, "cyclictest.T1.max_us": 3289}
 
 
-def _independent_percentile(text: str, thread: int, pct: int) -> float:
-    """Every sample listed by its bucket, overflows as infinity, then the value at rank ceil(pct/100 n)."""
+def _independent_samples(text: str, thread: int) -> list[float]:
+    """Every sample listed by its bucket, overflows as infinity, sorted."""
     lines = text.splitlines()
     start = lines.index("# Histogram") + 1
     samples: list[float] = []
@@ -101,7 +101,12 @@ def _independent_percentile(text: str, thread: int, pct: int) -> float:
         samples += [float(cols[0])] * int(cols[1 + thread])
     over = next(ln for ln in lines if ln.startswith("# Histogram Overflows:")).split(":")[1].split()
     samples += [math.inf] * int(over[thread])
-    samples.sort()
+    return sorted(samples)
+
+
+def _independent_percentile(text: str, thread: int, pct: int) -> float:
+    """The value at rank ceil(pct/100 n) of every sample."""
+    samples = _independent_samples(text, thread)
     return samples[math.ceil(pct / 100 * len(samples)) - 1]
 
 
@@ -114,6 +119,18 @@ def test_cyclictest_histogram_gives_percentiles_and_summary() -> None:
     assert got["cyclictest.T0.p50_us"].value < got["cyclictest.T0.p99_us"].value  # a real spread
     mins = next(ln for ln in text.splitlines() if ln.startswith("# Min Latencies")).split(":")[1].split()
     assert [got[f"cyclictest.T{t}.min_us"].value for t in (0, 1)] == [float(x) for x in mins]
+
+
+def test_cyclictest_histogram_counts_samples_at_or_over_a_bound() -> None:
+    text = fixture("cyclictest-hist.txt")
+    hist = parsers.cyclic_histogram(text)
+    assert hist is not None and hist.threads == 2
+    for t in (0, 1):
+        samples = _independent_samples(text, t)
+        assert hist.total(t) == len(samples)
+        for us in (0, 50, 100, 1000, 10**6):
+            assert hist.at_or_over(t, us) == sum(1 for v in samples if v >= us), (t, us)
+    assert parsers.cyclic_histogram("T: 0 ( 1) P: 0 I: 1000 C: 5 Min: 1 Act: 2 Avg: 3 Max: 4\n") is None
 
 
 def test_cyclictest_p99_among_overflows_is_left_out() -> None:

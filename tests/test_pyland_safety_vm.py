@@ -441,6 +441,8 @@ def test_bpf_heartbeat_stops_pyland_when_the_scheduler_process_is_stopped(guest:
     assert read(guest, "sigstop.disabled.rc").strip() == "0", log[-2000:]
     assert read(guest, "sigstop.rc").strip() == "8", log[-2000:]
     assert "pyland's BPF core stopped it: user space made no progress" in log
+    # the message says why: a stopped process, not one waiting for a CPU or blocked in the kernel
+    assert "its loop thread was stopped" in log, log[-2000:]
 
 
 def test_decisions_for_an_older_generation_are_dropped(guest: Path) -> None:

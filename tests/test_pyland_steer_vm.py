@@ -26,7 +26,6 @@ The default scheduler runs the same waker load first in the same boot, for the f
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from typing import Any
 import pytest
 from guest_files import SCENARIO_PRELUDE, read
 
-from scxctl.bench.parsers import cyclictest
+from scxctl.bench.parsers import cyclic_histogram, cyclictest
 from scxctl.log import json_events
 from scxctl.pyland.options import RunOptions
 from scxctl.pyland.policies.deadline import BATCH, MIXED
@@ -505,15 +504,6 @@ def test_a_task_placed_as_a_cpu_goes_idle_kicks_that_cpu(guest: Path) -> None:
     assert last["nr_idle_hint_kicks"] > 0, last
 
 
-def samples_over(text: str, us: int) -> tuple[int, int]:
-    """cyclictest -h's samples at or over `us` (overflows included), and all its samples."""
-    rows = [line.split() for line in text.splitlines() if re.fullmatch(r"\d{6}( \d+)+", line.strip())]
-    over = re.search(r"^# Histogram Overflows: (\d+)", text, re.M)
-    overflows = int(over.group(1)) if over else 0
-    late = sum(int(r[1]) for r in rows if int(r[0]) >= us) + overflows
-    return late, sum(int(r[1]) for r in rows) + overflows
-
-
 def test_a_wake_up_takes_the_cpu_back_from_the_schedulers_turn_in_a_gap(guest: Path) -> None:
     """The policy's stats() spins 30 ms, about five times a second (a stats line every 0.25 s and
     the snapshot), in turns the loop, pinned to CPU 1, takes in the gaps of a waker pinned there.
@@ -524,7 +514,9 @@ def test_a_wake_up_takes_the_cpu_back_from_the_schedulers_turn_in_a_gap(guest: P
     assert read(guest, "turns.attach.rc").strip() == "0", read(guest, "turns.log")[-2000:]
     text = read(guest, "turns.txt")
     waker = latencies(text)
-    late, samples = samples_over(text, 10_000)
+    hist = cyclic_histogram(text)
+    assert hist is not None, text[-2000:]
+    late, samples = hist.at_or_over(0, 10_000), hist.total(0)
     before, after = _during(guest, "turns.log", "turns")
     cut = after["nr_loop_preempts"] - before["nr_loop_preempts"]
     t0, t1 = float(read(guest, "turns.t0")), float(read(guest, "turns.t1"))

@@ -121,27 +121,56 @@ def _cyclic(thread: int, what: str, value: float) -> Metric:
     return Metric(name, value, LOWER, "us", "cyclictest")
 
 
+@dataclass(frozen=True)
+class CyclicHistogram:
+    """cyclictest -h's last histogram: each 1-us bucket's samples per thread, then each thread's
+    overflows, the samples past its last bucket."""
+    rows: tuple[tuple[int, ...], ...]  # (bucket in us, samples of thread 0, of thread 1, ...)
+    overflows: tuple[int, ...]
+
+    @property
+    def threads(self) -> int:
+        return len(self.rows[0]) - 1 if self.rows else 0
+
+    def _overflows(self, thread: int) -> int:
+        return self.overflows[thread] if thread < len(self.overflows) else 0
+
+    def total(self, thread: int) -> int:
+        return sum(r[thread + 1] for r in self.rows) + self._overflows(thread)
+
+    def at_or_over(self, thread: int, us: int) -> int:
+        """The thread's samples of `us` or more; the overflows count, as they lie past every bucket."""
+        return sum(r[thread + 1] for r in self.rows if r[0] >= us) + self._overflows(thread)
+
+
+def cyclic_histogram(text: str) -> CyclicHistogram | None:
+    """The histogram of cyclictest's output (run with -h), or None where it printed none."""
+    hist = _last(_CYCLIC_HIST, text)
+    if hist is None:
+        return None
+    rows = tuple(tuple(int(x) for x in line.split()) for line in hist.group(1).splitlines())
+    over = _last(_CYCLIC_OVER, text)
+    overflows = tuple(int(x) for x in over.group(1).split()) if over else ()
+    return CyclicHistogram(rows, overflows)
+
+
 def _cyclic_percentiles(text: str) -> list[Metric]:
     """p50, p90 and p99 per thread from the histogram: 1-us buckets, then overflows past its end.
 
     A percentile that falls among the overflows is not known (only that it exceeds the histogram),
     so it is left out rather than reported as the histogram's end.
     """
-    hist = _last(_CYCLIC_HIST, text)
-    over = _last(_CYCLIC_OVER, text)
+    hist = cyclic_histogram(text)
     if hist is None:
         return []
-    rows = [[int(x) for x in line.split()] for line in hist.group(1).splitlines()]
-    nthreads = len(rows[0]) - 1
-    overflows = [int(x) for x in over.group(1).split()] if over else [0] * nthreads
     out = []
-    for t in range(nthreads):
-        total = sum(r[t + 1] for r in rows) + (overflows[t] if t < len(overflows) else 0)
+    for t in range(hist.threads):
+        total = hist.total(t)
         if not total:
             continue
         for pct in CYCLIC_PERCENTILES:
             rank, seen = math.ceil(pct / 100 * total), 0
-            for r in rows:
+            for r in hist.rows:
                 seen += r[t + 1]
                 if seen >= rank:
                     out.append(_cyclic(t, f"p{pct}", float(r[0])))
