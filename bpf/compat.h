@@ -43,6 +43,7 @@
 
 /* kfuncs whose prototype is the same in every kernel since 6.12 */
 s32 scx_bpf_task_cpu(const struct task_struct *p) __ksym;
+bool scx_bpf_task_running(const struct task_struct *p) __ksym;
 u32 scx_bpf_nr_cpu_ids(void) __ksym;
 struct task_struct *bpf_task_from_pid(s32 pid) __ksym;
 void bpf_task_release(struct task_struct *p) __ksym;

@@ -1270,12 +1270,13 @@ static __always_inline char *no_progress_fmt(void)
 				"(its loop thread was stopped)";
 	struct task_struct *p = bpf_task_from_pid(cfg.usersched_tgid);	/* the main thread */
 	unsigned int state;
-	bool on_cpu;
+	bool running;
 
 	if (!p)
 		return waiting;	/* never: the process outlives its attachment */
 	state = p->__state;
-	on_cpu = p->on_cpu;
+	/* a kfunc, not task_struct.on_cpu, whose type differs between kernels (CO-RE cannot relocate it) */
+	running = scx_bpf_task_running(p);
 	bpf_task_release(p);
 	if (state & PYL_TASK_STOPPED_OR_TRACED)
 		return stopped;
@@ -1284,7 +1285,7 @@ static __always_inline char *no_progress_fmt(void)
 	if (state)
 		return asleep;
 	/* runnable: on a CPU here means it runs now, after the whole bound off one */
-	return on_cpu ? asleep : waiting;
+	return running ? asleep : waiting;
 }
 
 /*
