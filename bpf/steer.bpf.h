@@ -12,10 +12,9 @@
  *              first raised to at most lag_ns behind vruntime_now, so sleeping (or waiting) buys
  *              bounded credit, and time awake (capped at lag_ns) puts a CPU hog behind a task that
  *              has just woken
- *   placement  an idle CPU in select_cpu (the preferred one first), else, enqueued on the waker's
- *              CPU, the per-CPU (pinned) or shared DSQ in deadline order, and a waking task that
- *              is not preemptible preempts a running task the policy made preemptible when its
- *              deadline is earlier (wake_preempts)
+ *   placement  an idle CPU in select_cpu (the preferred one first), else the per-CPU (pinned) or
+ *              shared DSQ in deadline order, and a waking task that is not preemptible preempts a
+ *              running task the policy made preemptible when its deadline is earlier (wake_preempts)
  *
  * Only the wake-ups of tasks whose parameters say PYLAND_PARAM_SYNC wait for decide(). What tasks
  * do goes to the policy in the `reports` ring, at most once per report_ns per task, without waking
@@ -150,23 +149,6 @@ static __always_inline s32 preferred_idle_cpu(struct task_struct *p, const struc
 	return cpu;
 }
 
-/*
- * No idle CPU: the task goes to a DSQ, and whichever CPU frees first takes it. Woken onto the
- * waker's CPU rather than its previous one, its enqueue locks the waker's own runqueue instead of
- * another CPU's, and when the waker's CPU is the one that frees first (a waker that wakes its
- * partner and then blocks, the usual case) it takes the task without moving it between runqueues.
- * An interrupt's wake-up (a timer) counts the interrupted CPU as the waker's: it fired there.
- */
-static __always_inline s32 waker_cpu(struct task_struct *p, s32 cpu)
-{
-	s32 this_cpu = bpf_get_smp_processor_id();
-
-	if (this_cpu == cpu || !bpf_cpumask_test_cpu(this_cpu, p->cpus_ptr))
-		return cpu;
-	__sync_fetch_and_add(&shared.nr_waker_cpu, 1);
-	return this_cpu;
-}
-
 /* ops.select_cpu: an idle CPU, the preferred one first, gets the waking task at once */
 static __always_inline s32 steer_select_cpu(struct task_struct *p, struct task_ctx *tctx, s32 prev_cpu,
 					    u64 wake_flags)
@@ -187,9 +169,8 @@ static __always_inline s32 steer_select_cpu(struct task_struct *p, struct task_c
 		tctx->deadline = steer_deadline(p, tctx, pp);	/* what a wake-up must beat to preempt it */
 		pyl_dsq_insert(p, SCX_DSQ_LOCAL, params_slice(pp), 0);
 		__sync_fetch_and_add(&shared.nr_direct, 1);
-		return cpu;
 	}
-	return waker_cpu(p, cpu);
+	return cpu;
 }
 
 /*
