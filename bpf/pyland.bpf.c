@@ -192,6 +192,21 @@ static __always_inline bool policy_stalled(u64 now, u64 budget)
 }
 
 /*
+ * Is the watchdog timing the policy's call? Once the heartbeat has told it of a call half a budget
+ * old, the scheduler's threads go before everything else until the call ends or the watchdog
+ * detaches pyland (about 1.25 budgets after the call began; BPF's backstop at PROGRESS_BUDGETS), so
+ * this cannot last. Both threads need a CPU then: the watchdog to look, and the loop thread to hand
+ * it the interpreter lock. Left behind rescues and report periods under a load of thousands of
+ * sleepers, each look waited about a report period, and the backstop ejected pyland first.
+ */
+static __always_inline bool policy_watched(void)
+{
+	u64 since = shared.policy_since;
+
+	return since && since == shared.policy_alarmed;
+}
+
+/*
  * Where a task BPF places itself goes in the deadline order.
  *
  * A task the policy never decided (a new one, deadline 0) goes where the policy would put it: as far
@@ -991,6 +1006,13 @@ void BPF_STRUCT_OPS(pyland_dispatch, s32 cpu, struct task_struct *prev)
 	if (pyl_cgroup_bw())
 		bw_release_held(bpf_ktime_get_ns());
 	now = pyl_now();
+	/* before a rescue, and even right after a turn of its own: see policy_watched */
+	if (policy_watched() && pyl_dsq_move_to_local(SCHED_DSQ)) {
+		__sync_fetch_and_add(&shared.nr_watched_turns, 1);
+		if (cctx)
+			cctx->loop_owed = true;
+		return;
+	}
 	if (rescue_due(cpu, cctx, now)) {
 		if (cctx)
 			cctx->served_at = now;
@@ -1164,7 +1186,8 @@ void BPF_STRUCT_OPS(pyland_tick, struct task_struct *p)
 	 * CPU goes through ops.dispatch, which runs the scheduler first (built-in DSQs: the kernel
 	 * runs it next, from the head of the local DSQ).
 	 */
-	if (usersched_waits(scx_bpf_task_cpu(p)) && (usersched_has_pending() || reports_due(pyl_now()))) {
+	if (usersched_waits(scx_bpf_task_cpu(p)) &&
+	    (usersched_has_pending() || reports_due(pyl_now()) || policy_watched())) {
 		pyl_set_slice(p, 0);
 		if ((tctx = lookup_task_ctx(p)))
 			tctx->yielded = true;
@@ -1362,7 +1385,7 @@ static int heartbeat_fn(void *map, int *key, struct heartbeat *hb)
 	 * Without kicks there is nothing to do here: the scheduler then waits in a local DSQ, which
 	 * the kernel serves in order, within a slice of the task running there (see pyland_enqueue).
 	 */
-	if (pyl_can_kick() && usersched_has_pending() &&
+	if (pyl_can_kick() && (usersched_has_pending() || policy_watched()) &&
 	    pyl_elapsed(now, shared.usersched_last_run_at) >= cfg.timer_ns) {
 		p = bpf_task_from_pid(cfg.usersched_tgid);
 		if (p) {

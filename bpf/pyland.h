@@ -229,6 +229,7 @@ struct pyland_shared {
 	__u64 nr_idle_hint_kicks;	/* steer: inserts that kicked a CPU on its way to idle */
 	__u64 nr_loop_preempts;		/* steer: of nr_wake_preempts, of the scheduler's turn in a gap */
 	__u64 usersched_queued_at;	/* ns, scx_bpf_now() when the scheduler last waited for a CPU */
+	__u64 nr_watched_turns;		/* scheduler turns given first: its watchdog was timing a call */
 	/* written by user space */
 	__u64 nr_consumed;		/* records read from `queued` */
 	__u64 nr_scheduled;		/* tasks read but whose decision is not yet written (the pool) */

@@ -139,6 +139,7 @@ def _summary(loop: dict[str, int], bpf: dict[str, int], restarts: int) -> str:
         f"{bpf['nr_dispatched']} applied, {bpf['nr_stale']} stale, {bpf['nr_ring_full']} ring-full and "
         f"{bpf['nr_backlog']} backlog fallbacks, {bpf['nr_direct']} direct (idle CPU), "
         f"{bpf['nr_kthread']} kthreads, {bpf['nr_stalled']} placed while the policy overran, "
+        f"{bpf['nr_watched_turns']} scheduler turns given first while the watchdog timed a call, "
         f"{restarts} restarts; loop CPU "
         f"{loop['busy_cpu_ns'] / 1e6:.1f} ms, wall {loop['busy_wall_ns'] / 1e6:.1f} ms in batches, "
         f"{loop['service_cpu_ns'] / 1e6:.1f} ms in {loop['services']} services"

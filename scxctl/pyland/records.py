@@ -135,6 +135,7 @@ SHARED_COUNTERS = (
     "nr_idle_hint_kicks",
     "nr_loop_preempts",
     "usersched_queued_at",
+    "nr_watched_turns",
     # written by user space
     "nr_consumed",
     "nr_scheduled",
@@ -153,4 +154,4 @@ EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")
 SHARED_SIZE = EXIT_OFFSET + EXIT_INFO.size
 
 assert TASK.size == 144 and DECISION.size == 48 and UPDATE.size == 56 and CONFIG.size == 112
-assert SHARED_SIZE == 1704
+assert SHARED_SIZE == 1712

@@ -18,7 +18,10 @@ CPU (run_delay in /proc/self/task/TID/schedstat): a loop preempted, or migrated 
 offline, is not a stuck policy (under TCG a CPU hotplug kept the loop off-CPU for 400 ms). Nor is
 the time this thread itself was held up: each look counts at most one period.
 
-A pure-Python loop hands this thread the interpreter every switch interval (5 ms), so it runs.
+A pure-Python loop hands this thread the interpreter every switch interval (5 ms), so it runs,
+provided both threads get a CPU: from the alarm until the call ends, BPF runs the scheduler's
+threads before any other task (policy_watched in pyland.bpf.c), or under a heavy load each look
+would wait for a report period.
 Native code that holds the interpreter lock does not, and neither does a stopped process: the BPF
 core's own backstop (check_progress in pyland.bpf.c) stops pyland then.
 
