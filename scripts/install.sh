@@ -39,10 +39,14 @@ apt-get update -q
 apt-get install -y -q --no-install-recommends \
     python3 python3-venv python3-pip ca-certificates \
     clang-19 llvm-19 make gcc libc6-dev pkg-config \
-    qemu-system-x86 qemu-utils debootstrap e2fsprogs cpio zstd xz-utils kmod \
+    debootstrap e2fsprogs cpio zstd xz-utils kmod \
     stress-ng rt-tests procps util-linux git \
     dbus-daemon dbus-bin libglib2.0-bin systemd
 apt-get install -y -q --no-install-recommends "${backports[@]}" libbpf1 libbpf-dev bpftool
+# QEMU from backports too on bookworm: 7.2's multi-threaded TCG can run stale code after the guest
+# kernel patches its own text (static keys flipped and BPF programs freed as sched_ext detaches),
+# and the guest dies of "Oops: int3".
+apt-get install -y -q --no-install-recommends "${backports[@]}" qemu-system-x86 qemu-utils
 
 log "creating .venv with the project"
 python3 -m venv .venv
