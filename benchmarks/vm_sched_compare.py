@@ -10,9 +10,10 @@ schtest's adaptive_priority and fairness from the independent C implementation
 (tests/native/schtest_ref.c). Then pyland alone under schbench with its stats every second: the
 Python loop's CPU time and the records it handled per second.
 
-One boot per load, not one for all: every run switches the scheduler, and multi-threaded TCG now and
-then executes a stale copy of kernel code being patched at a switch ("Oops: int3"); over the ~60
-switches of all the loads, two boots in a row ended that way. A load's comparison never spans boots.
+One boot per load, not one for all: every run switches the scheduler, and QEMU 7.2's multi-threaded
+TCG now and then executed a stale copy of kernel code being patched at a switch ("Oops: int3"); over
+the ~60 switches of all the loads, two boots in a row ended that way. QEMU 10 (scripts/install.sh)
+has not shown it, but a boot lost to it costs one load only. A load's comparison never spans boots.
 
 scx_simple is the kernel's example scheduler, built from Debian's source (tools.vm.anchors);
 schbench is built from ../shared/peer/schbench.c (or --schbench PATH). Runs as root (boots QEMU).
@@ -98,6 +99,11 @@ def schbench_binary(given: Path | None) -> Path:
     if given is not None:
         return given
     out = cache_dir() / "peer" / "schbench"
+    if not PEER.is_file():
+        # the source sits beside the checkout; a checkout elsewhere (a worktree) must say where
+        if out.is_file():
+            return out
+        raise FileNotFoundError(f"schbench source {PEER} not found: pass --schbench PATH")
     if not out.is_file() or out.stat().st_mtime < PEER.stat().st_mtime:
         out.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(["gcc", "-O2", "-static", "-D_LARGEFILE_SOURCE", "-D_FILE_OFFSET_BITS=64",
@@ -179,7 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     pylands = [f"pyland {v}".strip() for v in (args.pyland or [""])]
     simple = None if args.no_simple else anchors.build()["scx_simple"]
     compare = ",".join(["default", *pylands, *([] if simple is None else ["/tmp/scx_simple"])])
-    schbench = schbench_binary(args.schbench)
+    try:
+        schbench = schbench_binary(args.schbench)
+    except FileNotFoundError as exc:
+        p.error(str(exc))
     results: dict[str, dict[str, Any]] = {}
     loop = None
     with tempfile.TemporaryDirectory() as tmp:
