@@ -194,10 +194,11 @@ static __always_inline bool policy_stalled(u64 now, u64 budget)
 /*
  * Is the watchdog timing the policy's call? Once the heartbeat has told it of a call half a budget
  * old, the scheduler's threads go before everything else until the call ends or the watchdog
- * detaches pyland (about 1.25 budgets after the call began; BPF's backstop at PROGRESS_BUDGETS), so
- * this cannot last. Both threads need a CPU then: the watchdog to look, and the loop thread to hand
- * it the interpreter lock. Left behind rescues and report periods under a load of thousands of
- * sleepers, each look waited about a report period, and the backstop ejected pyland first.
+ * detaches pyland (1.25 budgets after the call began on an idle machine, a few under thousands of
+ * sleepers; BPF's backstop at PROGRESS_BUDGETS), so this cannot last. Both threads need a CPU
+ * then: the watchdog to look, and the loop thread to hand it the interpreter lock. Left behind
+ * rescues and report periods under a load of thousands of sleepers, each look waited about a
+ * report period, and the backstop ejected pyland first.
  */
 static __always_inline bool policy_watched(void)
 {
