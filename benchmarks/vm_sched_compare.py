@@ -182,13 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(loads) - set(LOADS)
     if unknown:
         p.error(f"unknown loads {sorted(unknown)}; known: {', '.join(LOADS)}")
-    pylands = [f"pyland {v}".strip() for v in (args.pyland or [""])]
-    simple = None if args.no_simple else anchors.build()["scx_simple"]
-    compare = ",".join(["default", *pylands, *([] if simple is None else ["/tmp/scx_simple"])])
-    try:
+    try:  # before scx_simple's build, which can take minutes
         schbench = schbench_binary(args.schbench)
     except FileNotFoundError as exc:
         p.error(str(exc))
+    pylands = [f"pyland {v}".strip() for v in (args.pyland or [""])]
+    simple = None if args.no_simple else anchors.build()["scx_simple"]
+    compare = ",".join(["default", *pylands, *([] if simple is None else ["/tmp/scx_simple"])])
     results: dict[str, dict[str, Any]] = {}
     loop = None
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,6 +1,6 @@
 """benchmarks/vm_sched_compare.py outside the usual layout: a checkout whose neighbour holds no schbench
-source (a worktree elsewhere) gets a one-line usage error, or the binary already built, never gcc's
-failure as a traceback."""
+source (a worktree elsewhere) gets a one-line usage error before anything is built, or the binary
+already built, never gcc's failure as a traceback."""
 
 from __future__ import annotations
 
@@ -19,10 +19,14 @@ def elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_no_source_and_no_binary_is_a_usage_error(
-    elsewhere: Path, capsys: pytest.CaptureFixture[str]
+    elsewhere: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    def no_build() -> None:
+        raise AssertionError("scx_simple built before the usage error")
+
+    monkeypatch.setattr(vm_sched_compare.anchors, "build", no_build)
     with pytest.raises(SystemExit) as exc:
-        vm_sched_compare.main(["--no-simple", "--loads", "hackbench"])
+        vm_sched_compare.main(["--loads", "hackbench"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "schbench source" in err and "--schbench PATH" in err
