@@ -97,10 +97,15 @@ cat /proc/${pid:-0}/cgroup >$R/pyland_cgroup.txt 2>&1
 echo "${pid:-none}" >$R/pyland_pid.txt
 
 # systemd's CPUQuota= (cpu.max) under the packaged daemon's pyland, and below under the default
-# scheduler: two busy loops for 10 s in a transient unit; systemd reports the unit's CPU time
+# scheduler: two busy loops in a transient unit; systemd reports the unit's CPU time. The loops run
+# until both status reads are done (a stop file; 60 s at most), not for a fixed time: each read costs
+# seconds of Python start-up under TCG, and on a slow host two of them outlasted 10 s loops.
 quota_run() {
+    local stop=/run/scxctl-quota-$1.stop
+    rm -f $stop
     systemd-run --wait -p CPUQuota=20% --unit=quota-$1 \
-        sh -c 'for i in 1 2; do timeout 10 sh -c "while :; do :; done" & done; wait' >$R/quota_$1.out 2>&1 &
+        sh -c "for i in 1 2; do timeout 60 sh -c 'while [ ! -e $stop ]; do :; done' & done; wait" \
+        >$R/quota_$1.out 2>&1 &
     local q=$! stat=/sys/fs/cgroup/system.slice/quota-$1.service/cpu.stat
     for _ in $(seq 100); do [ -e $stat ] && break; sleep 0.1; done
     # the unit's CPU time every 200 ms for 8 s, "seconds usage_usec": its rate while the loops run.
@@ -110,12 +115,14 @@ quota_run() {
         while read -r k v; do [ "$k" = usage_usec ] && echo "$EPOCHREALTIME $v"; done <$stat
         sleep 0.2
       done ) >$R/quota_$1_samples.txt 2>/dev/null &
-    # both reads well inside the unit's 10 s: each status costs seconds of Python start-up under
-    # TCG, and the unit's cgroup (with its row in pyland's snapshot) goes when its loops end
+    # both reads while the loops run: the unit's cgroup (with its row in pyland's snapshot) goes
+    # when they end
     sleep 3
     scxctl status >$R/quota_$1_status.txt 2>&1
     scxctl status --json >$R/quota_$1_status.json 2>&1
-    wait $q $!
+    wait $!
+    touch $stop
+    wait $q
 }
 quota_run pyland
 kstate >$R/after_quota.txt
