@@ -242,6 +242,34 @@ int bpf_iter_scx_dsq_new___pyl(struct bpf_iter_scx_dsq *it, u64 dsq_id, u64 flag
 struct task_struct *bpf_iter_scx_dsq_next(struct bpf_iter_scx_dsq *it) __ksym __weak;
 void bpf_iter_scx_dsq_destroy(struct bpf_iter_scx_dsq *it) __ksym __weak;
 
+/*
+ * Is this CPU in a hard interrupt, or serving a soft one? From the preempt count, as in_hardirq()
+ * and in_serving_softirq() read it: x86 keeps it in the per-CPU `__preempt_count` (6.16 on; older
+ * kernels keep it in pcpu_hot, not read here: there this says no, and nothing that asks it changes).
+ * 7.3 moved the hard-interrupt count up a byte, above a new count of nested interrupt disables,
+ * and made the variable an unsigned long whose low half (little-endian: its first) holds the
+ * counts. The per-CPU `local_interrupt_disable_state` came with that layout and tells it apart.
+ * Softirq's bit 8 alone means serving one; the bits above it count bottom halves disabled.
+ */
+extern const int __preempt_count __ksym __weak;
+extern const unsigned long local_interrupt_disable_state __ksym __weak;
+
+#define PYL_SOFTIRQ_OFFSET	0x00000100U
+#define PYL_HARDIRQ_MASK	0x000f0000U	/* up to 7.2 */
+#define PYL_HARDIRQ_MASK_7_3	0x0f000000U	/* 7.3: above HARDIRQ_DISABLE_MASK, 0x00ff0000 */
+
+static __always_inline bool pyl_in_interrupt(void)
+{
+	u32 count;
+
+	if (!bpf_ksym_exists(&__preempt_count))
+		return false;
+	count = *(const u32 *)bpf_this_cpu_ptr(&__preempt_count);
+	if (bpf_ksym_exists(&local_interrupt_disable_state))
+		return count & (PYL_HARDIRQ_MASK_7_3 | PYL_SOFTIRQ_OFFSET);
+	return count & (PYL_HARDIRQ_MASK | PYL_SOFTIRQ_OFFSET);
+}
+
 /* the facilities above that this kernel cannot give (enum pyland_compat) */
 static __always_inline bool pyl_cgroup_bw(void);
 

@@ -443,8 +443,6 @@ s32 BPF_STRUCT_OPS(pyland_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 	bool is_idle = false;
 	s32 cpu;
 
-	if (!cfg.builtin_idle)
-		return prev_cpu;
 	/*
 	 * The scheduler goes through enqueue to SCHED_DSQ, never to a local DSQ directly (R3), but
 	 * to an idle CPU when there is one: enqueue kicks the CPU chosen here, and an idle CPU runs
@@ -452,13 +450,21 @@ s32 BPF_STRUCT_OPS(pyland_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 	 * another CPU idles.
 	 */
 	if (is_usersched(p)) {
+		if (!cfg.builtin_idle)
+			return prev_cpu;
 		cpu = pyl_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
 		return is_idle ? cpu : prev_cpu;
 	}
 
+	/* who woke it, for the policy and for wake_preempts: select_cpu runs in the waker's context */
 	tctx = lookup_task_ctx(p);
-	if (tctx)	/* the waker, for the policy: select_cpu runs in its context */
+	if (tctx) {
 		tctx->waker = (s32)bpf_get_current_pid_tgid();
+		if (cfg.steer)
+			steer_note_waker(tctx);
+	}
+	if (!cfg.builtin_idle)
+		return prev_cpu;
 	/* a task of a throttled cgroup must not run: ops.enqueue holds it (cgroup_bw.h) */
 	if (bw_active() && tctx && bw_throttled(tctx, bpf_ktime_get_ns()))
 		return prev_cpu;

@@ -230,6 +230,8 @@ struct pyland_shared {
 	__u64 nr_loop_preempts;		/* steer: of nr_wake_preempts, of the scheduler's turn in a gap */
 	__u64 usersched_queued_at;	/* ns, scx_bpf_now() when the scheduler last waited for a CPU */
 	__u64 nr_watched_turns;		/* scheduler turns given first: its watchdog was timing a call */
+	__u64 nr_irq_wakes;		/* steer: wake-ups select_cpu saw come from an interrupt, not a task */
+	__u64 nr_irq_preempts;		/* steer: of nr_wake_preempts, of a task only an interrupt's may preempt */
 	/* written by user space */
 	__u64 nr_consumed;		/* records read from `queued` */
 	__u64 nr_scheduled;		/* tasks read but whose decision is not yet written (the pool) */

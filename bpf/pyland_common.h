@@ -55,6 +55,7 @@ struct task_ctx {
 	u64 vruntime;		/* CPU time, weighted (x 100 / weight) */
 	u32 class_id;		/* its class in `classes` */
 	bool own_params;	/* `params` (its own) apply, not its class's */
+	bool irq_woken;		/* its pending wake-up came from an interrupt (select_cpu), not a task */
 	struct pyland_params params;
 	/* reported with its next record, then zeroed */
 	u32 nr_wakeups;

@@ -14,7 +14,8 @@
  *              has just woken
  *   placement  an idle CPU in select_cpu (the preferred one first), else the per-CPU (pinned) or
  *              shared DSQ in deadline order, and a waking task that is not preemptible preempts a
- *              running task the policy made preemptible when its deadline is earlier (wake_preempts)
+ *              running task the policy made preemptible when its deadline is earlier; one an
+ *              interrupt woke may preempt any (wake_preempts)
  *
  * Only the wake-ups of tasks whose parameters say PYLAND_PARAM_SYNC wait for decide(). What tasks
  * do goes to the policy in the `reports` ring, at most once per report_ns per task, without waking
@@ -149,6 +150,18 @@ static __always_inline s32 preferred_idle_cpu(struct task_struct *p, const struc
 	return cpu;
 }
 
+/*
+ * ops.select_cpu, for every waking task: did an interrupt (a timer, a device) wake it, or a task?
+ * Asked here because select_cpu runs in the waker's context; ops.enqueue may run on the wakee's
+ * CPU, in the interrupt that delivers a queued remote wake-up, whoever the waker was.
+ */
+static __always_inline void steer_note_waker(struct task_ctx *tctx)
+{
+	tctx->irq_woken = pyl_in_interrupt();
+	if (tctx->irq_woken)
+		__sync_fetch_and_add(&shared.nr_irq_wakes, 1);
+}
+
 /* ops.select_cpu: an idle CPU, the preferred one first, gets the waking task at once */
 static __always_inline s32 steer_select_cpu(struct task_struct *p, struct task_ctx *tctx, s32 prev_cpu,
 					    u64 wake_flags)
@@ -164,6 +177,7 @@ static __always_inline s32 steer_select_cpu(struct task_struct *p, struct task_c
 		cpu = pyl_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
 	}
 	if (is_idle) {
+		tctx->irq_woken = false;	/* placed here: no ops.enqueue follows to read it */
 		/* a wake-up: awake from now on (ops.runnable, which says so too, comes after this) */
 		tctx->exec_runtime = 0;
 		tctx->deadline = steer_deadline(p, tctx, pp);	/* what a wake-up must beat to preempt it */
@@ -204,15 +218,18 @@ static __always_inline bool loop_yields(const struct cpu_ctx *cctx)
  *   back (only wake-ups do), and as it runs a task's deadline only moves away; or
  * - the running task is lighter (a smaller weight, a higher nice): whatever their classes, a
  *   niced background job must not hold a CPU for a slice against a wake-up of normal weight.
- *   Each such preemption hands the CPU to a strictly heavier task, so these cannot chain back.
+ *   Each such preemption hands the CPU to a strictly heavier task, so these cannot chain back; or
+ * - an interrupt woke it (`irq`: a timer, a device), whatever the running task's class, whose
+ *   deadline moves on as a peer's does. No task woke it, so it is no link in a chain of wakers:
+ *   without it a task a timer wakes waits out a whole slice of a task never preempted otherwise.
  * And at most one per preempt_gap_ns on a CPU, which bounds what any storm could cost.
  */
 static __always_inline bool wake_preempts(struct task_struct *p, struct task_ctx *tctx,
-					  const struct pyland_params *pp, s32 cpu, u64 now)
+					  const struct pyland_params *pp, s32 cpu, bool irq, u64 now)
 {
 	struct cpu_ctx *cctx;
 	u64 running_deadline;
-	bool lighter, peer;
+	bool lighter, peer, by_irq;
 
 	if (!cfg.preempt_gap_ns || cpu < 0 || cpu >= MAX_CPUS || !bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
 		return false;
@@ -225,10 +242,11 @@ static __always_inline bool wake_preempts(struct task_struct *p, struct task_ctx
 		return false;
 	running_deadline = cctx->running_deadline;
 	lighter = cctx->running_weight < params_weight(pp, p);
-	peer = !lighter && pp && (pp->flags & PYLAND_PARAM_PREEMPTIBLE);
-	if (!lighter && !running_preemptible(cctx))
+	by_irq = !lighter && !running_preemptible(cctx);
+	if (by_irq && !irq)
 		return false;
-	if (peer)	/* scaled as steer_charge() charges it (params_weight() is never 0) */
+	peer = !lighter && !by_irq && pp && (pp->flags & PYLAND_PARAM_PREEMPTIBLE);
+	if (peer || by_irq)	/* scaled as steer_charge() charges it (params_weight() is never 0) */
 		running_deadline += pyl_elapsed(now, cctx->running_at) * NICE0_WEIGHT /
 				    (cctx->running_weight ?: NICE0_WEIGHT);
 	if ((s64)(tctx->deadline - running_deadline) >= 0)
@@ -241,6 +259,8 @@ static __always_inline bool wake_preempts(struct task_struct *p, struct task_ctx
 	__sync_fetch_and_add(&shared.nr_wake_preempts, 1);
 	if (lighter)
 		__sync_fetch_and_add(&shared.nr_weight_preempts, 1);
+	else if (by_irq)
+		__sync_fetch_and_add(&shared.nr_irq_preempts, 1);
 	else if (peer)
 		__sync_fetch_and_add(&shared.nr_peer_preempts, 1);
 	return true;
@@ -288,17 +308,17 @@ static __always_inline void kick_for(struct task_struct *p, s32 cpu, bool pinned
  * scan: the cost of a wake-up must not grow with the machine.
  */
 static __always_inline s32 wake_target(struct task_struct *p, struct task_ctx *tctx,
-				       const struct pyland_params *pp, s32 cpu, bool pinned, u64 now)
+				       const struct pyland_params *pp, s32 cpu, bool pinned, bool irq, u64 now)
 {
 	u32 nr_cpus = scx_bpf_nr_cpu_ids();
 	s32 other;
 
-	if (wake_preempts(p, tctx, pp, cpu, now))
+	if (wake_preempts(p, tctx, pp, cpu, irq, now))
 		return cpu;
 	if (pinned || nr_cpus < 2 || cpu < 0)
 		return -1;
 	other = (cpu + 1 + bpf_get_prandom_u32() % (nr_cpus - 1)) % nr_cpus;
-	if (!wake_preempts(p, tctx, pp, other, now))
+	if (!wake_preempts(p, tctx, pp, other, irq, now))
 		return -1;
 	__sync_fetch_and_add(&shared.nr_preempt_other, 1);
 	return other;
@@ -309,7 +329,7 @@ static __always_inline s32 wake_target(struct task_struct *p, struct task_ctx *t
  * params; a wake-up that preempts goes first into the local DSQ of the CPU it preempts.
  */
 static void steer_place(struct task_struct *p, struct task_ctx *tctx, const struct pyland_params *pp,
-			u64 enq_flags, u64 now)
+			u64 enq_flags, bool irq, u64 now)
 {
 	s32 cpu = scx_bpf_task_cpu(p);
 	bool pinned = p->nr_cpus_allowed == 1 || migration_disabled(p);
@@ -318,7 +338,7 @@ static void steer_place(struct task_struct *p, struct task_ctx *tctx, const stru
 
 	__sync_fetch_and_add(&shared.nr_steered, 1);
 	if (enq_flags & SCX_ENQ_WAKEUP)
-		target = wake_target(p, tctx, pp, cpu, pinned, now);
+		target = wake_target(p, tctx, pp, cpu, pinned, irq, now);
 	if (target < 0) {
 		insert_ordered(p, tctx, pinned ? cpu_dsq(cpu) : shared_dsq(), slice, tctx->deadline, now,
 			       enq_flags);
@@ -337,8 +357,10 @@ static void steer_place(struct task_struct *p, struct task_ctx *tctx, const stru
 static void steer_enqueue(struct task_struct *p, struct task_ctx *tctx, u64 enq_flags)
 {
 	const struct pyland_params *pp = task_params(tctx);
+	bool irq = tctx->irq_woken;
 	u64 now = pyl_now();
 
+	tctx->irq_woken = false;	/* this wake-up's: a pinned task's next one skips select_cpu */
 	tctx->deadline = steer_deadline(p, tctx, pp);
 	if ((enq_flags & SCX_ENQ_WAKEUP) && pp && (pp->flags & PYLAND_PARAM_SYNC)) {
 		__sync_fetch_and_add(&shared.nr_sync, 1);
@@ -346,7 +368,7 @@ static void steer_enqueue(struct task_struct *p, struct task_ctx *tctx, u64 enq_
 		if (send_to_policy(p, tctx, enq_flags, false, now))
 			return;
 	}
-	steer_place(p, tctx, pp, enq_flags, now);
+	steer_place(p, tctx, pp, enq_flags, irq, now);
 }
 
 static __always_inline bool steer_report_due(const struct task_ctx *tctx, u64 now)

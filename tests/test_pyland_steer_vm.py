@@ -20,7 +20,10 @@
 - under the client-server pairs of the classifier's run, a task placed while no CPU was idle yet
   kicks the CPU whose dispatch had just found nothing (nr_idle_hint_kicks);
 - a periodic waker pinned to the CPU where the scheduler's own long turns take the gaps preempts
-  them (nr_loop_preempts), and the loop still writes its stats lines.
+  them (nr_loop_preempts), and the loop still writes its stats lines;
+- with no class preemptible, a periodic waker's timer wake-ups are seen as an interrupt's
+  (nr_irq_wakes, checked against cyclictest's own count) and preempt the hogs (nr_irq_preempts),
+  while those of a client and its echo server over pipes are not.
 
 The default scheduler runs the same waker load first in the same boot, for the figures printed.
 """
@@ -158,7 +161,7 @@ if os.fork() == 0:
         if role == "worker":
             time.sleep(0.0002)  # a short burst, a short sleep...
             spin(0.014)  # ...then the request's work
-        else:
+        elif role == "spinner":
             spin(0.010)
         os.write(rep_w, b"r")
     os._exit(0)
@@ -202,6 +205,22 @@ cyclictest -t 1 -a 1 -i 1000 -D 6 -q -m -h 20000 >"$R/turns.txt" 2>&1
 date +%s.%N >"$R/turns.t1"; sleep 1.2
 kill $h; wait $h
 kill -TERM $pid; wait $pid; echo $? >"$R/turns.rc"
+wait_state disabled 30
+
+# 9. no class preemptible: the waker's timer wake-ups still preempt the hogs; then a client and
+#    an echo server over pipes, with nothing else running: task wake-ups, not interrupts
+$RUN --policy /tmp/test-policies/none_preemptible.py >"$R/irq.log" 2>&1 &
+pid=$!
+wait_state enabled 120; echo $? >"$R/irq.attach.rc"
+hogs; h=$!; sleep 2
+date +%s.%N >"$R/irq.t0"
+{WAKER} >"$R/irq.txt" 2>&1
+date +%s.%N >"$R/irq.t1"; sleep 1.2
+kill $h; wait $h
+date +%s.%N >"$R/pingpong.t0"
+timeout 60 python3 /tmp/served.py echo 3 >"$R/pingpong.txt" 2>&1
+date +%s.%N >"$R/pingpong.t1"; sleep 1.2
+kill -TERM $pid; wait $pid; echo $? >"$R/irq.rc"
 wait_state disabled 30
 
 # 5. stuck in observe(): the watchdog detaches within its budget
@@ -298,6 +317,18 @@ class WatchClasses(DeadlinePolicy):
                 "lone_reports": len(runs), "lone_median_run_ns": runs[len(runs) // 2] if runs else -1}
 """
 
+NONE_PREEMPTIBLE = """
+from scxctl.pyland.policies.deadline import DeadlinePolicy
+from scxctl.pyland.policy import Params
+
+
+class NonePreemptible(DeadlinePolicy):
+    name = "none-preemptible"
+
+    def class_params(self):
+        return {c: Params(preemptible=False) for c in super().class_params()}
+"""
+
 SLOW_TURNS = """
 import time
 
@@ -326,6 +357,7 @@ def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     (policies / "all_preemptible.py").write_text(ALL_PREEMPTIBLE)
     (policies / "watch_classes.py").write_text(WATCH_CLASSES)
     (policies / "slow_turns.py").write_text(SLOW_TURNS)
+    (policies / "none_preemptible.py").write_text(NONE_PREEMPTIBLE)
     (policies / "misbehave.py").write_text((POLICIES / "misbehave.py").read_text())
     res = vm.run("bash /tmp/steer_scenario.sh", timeout=1200, cpus=2, mem="2G",
                  copy=[(str(script), "/tmp/steer_scenario.sh"), (str(policies), "/tmp/test-policies")],
@@ -540,3 +572,34 @@ def test_a_wake_up_takes_the_cpu_back_from_the_schedulers_turn_in_a_gap(guest: P
     assert samples > 4000 and late <= samples // 1000, text[-1500:]
     assert len(lines) >= 2 * int(t1 - t0), [s["timestamp"] for s in lines]  # half the lines due
     assert read(guest, "turns.rc").strip() == "0"
+
+
+def test_a_wake_up_from_an_interrupt_preempts_a_task_no_wake_up_of_a_task_may(guest: Path) -> None:
+    """No class preemptible: a task's wake-up never preempts here. The waker's wake-ups come from
+    its timer's interrupt, which select_cpu sees in the preempt count: nearly every one of them
+    (cyclictest's own count of its loops is the independent check), and they preempt the hogs, so
+    its p90 stays under half a slice. A client and its echo server waking each other through
+    pipes, alone, are seen as interrupts' wake-ups only as often as the machine's own timers fire
+    meanwhile (66 in 3 s beside 9 497 round trips in the run that set these bounds)."""
+    assert read(guest, "irq.attach.rc").strip() == "0", read(guest, "irq.log")[-2000:]
+    text = read(guest, "irq.txt")
+    waker, hist = latencies(text), cyclic_histogram(text)
+    assert hist is not None, text[-2000:]
+    loops = hist.total(0)
+    before, after = _during(guest, "irq.log", "irq")
+    seen = after["nr_irq_wakes"] - before["nr_irq_wakes"]
+    preempts = after["nr_irq_preempts"] - before["nr_irq_preempts"]
+    peer = after["nr_peer_preempts"] - before["nr_peer_preempts"]
+    pb, pa = _during(guest, "irq.log", "pingpong")
+    trips = int(read(guest, "pingpong.txt").strip())
+    pp_seen = pa["nr_irq_wakes"] - pb["nr_irq_wakes"]
+    print(f"\nwaker beside hogs no wake-up of a task preempts (us): {waker}; {loops} loops, {seen} "
+          f"wake-ups from an interrupt, {preempts} preemptions by them; pipe round trips {trips}, "
+          f"wake-ups from an interrupt meanwhile {pp_seen}")
+    assert loops > 4000 and seen >= 0.95 * loops, (loops, seen)
+    assert 1000 < preempts <= seen, (preempts, seen)
+    assert peer == 0, peer  # no class preemptible: only an interrupt's wake-up may preempt
+    assert trips > 1000 and pp_seen < trips // 10, (trips, pp_seen)
+    slice_us = DEFAULT_MIN_SLICE_NS / NSEC_PER_USEC
+    assert waker.get("p90_us", slice_us) < slice_us / 2, text[-1500:]
+    assert read(guest, "irq.rc").strip() == "0"

@@ -136,6 +136,8 @@ SHARED_COUNTERS = (
     "nr_loop_preempts",
     "usersched_queued_at",
     "nr_watched_turns",
+    "nr_irq_wakes",
+    "nr_irq_preempts",
     # written by user space
     "nr_consumed",
     "nr_scheduled",
@@ -154,4 +156,4 @@ EXIT_INFO = struct.Struct(f"=qq{REASON_LEN}s{MSG_LEN}s")
 SHARED_SIZE = EXIT_OFFSET + EXIT_INFO.size
 
 assert TASK.size == 144 and DECISION.size == 48 and UPDATE.size == 56 and CONFIG.size == 112
-assert SHARED_SIZE == 1712
+assert SHARED_SIZE == 1728
