@@ -74,20 +74,35 @@ def put(doc: dict[str, Any]) -> None:
 
 
 @pytest.fixture
-def live_pyland(fake: FakeRoot) -> Iterator[None]:
-    """pyland's loop, as far as a reader sees it: a fresh snapshot every 0.1 s, events counting."""
+def live_pyland(fake: FakeRoot, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """pyland's loop, as far as a reader sees it: a fresh snapshot every 0.1 s, events counting.
+
+    Each reading sees one writer step whole, as the real sources, which never wait for each other,
+    would show it over an interval: a reader that woke from a stall of the whole process together
+    with the writer could otherwise read the new snapshot and the events from before it, while the
+    writer's file writes let it run in between, and find that no event moved.
+    """
     stop = threading.Event()
+    step = threading.Lock()
+    take = lib.take
 
     def write() -> None:
         n = 0
         while not stop.is_set():
-            put(snapshot(scale=1.0))
-            # replaced whole, as the kernel's file reads: FakeRoot.write unlinks first, and a reader
-            # between the unlink and the write found no events (its per-second value then "-")
-            events = f"SCX_EV_SELECT_CPU_FALLBACK {n}\nSCX_EV_DISPATCH_KEEP_LAST 3\n"
-            atomic_write_text(fake.path(EVENTS), events)
+            with step:
+                put(snapshot(scale=1.0))
+                # replaced whole, as the kernel's file reads: FakeRoot.write unlinks first, and a
+                # reader between the unlink and the write found no events (per second: "-")
+                events = f"SCX_EV_SELECT_CPU_FALLBACK {n}\nSCX_EV_DISPATCH_KEEP_LAST 3\n"
+                atomic_write_text(fake.path(EVENTS), events)
             n += 10
             stop.wait(0.1)
+
+    def whole_step(*args: Any, **kwargs: Any) -> lib.Sample:
+        with step:
+            return take(*args, **kwargs)
+
+    monkeypatch.setattr(lib, "take", whole_step)
 
     put(snapshot(scale=1.0))
     fake.write(EVENTS, "SCX_EV_SELECT_CPU_FALLBACK 0\nSCX_EV_DISPATCH_KEEP_LAST 3\n")
