@@ -267,17 +267,21 @@ class Prefer(DeadlinePolicy):
         return True
 """
 
-ALL_PREEMPTIBLE = """
+
+def every_class(preemptible: bool) -> str:
+    """A policy file: the built-in policy with every class `preemptible`, or none."""
+    return f"""
 from scxctl.pyland.policies.deadline import DeadlinePolicy
 from scxctl.pyland.policy import Params
 
 
-class AllPreemptible(DeadlinePolicy):
-    name = "all-preemptible"
+class EveryClass(DeadlinePolicy):
+    name = "every-class-{'preemptible' if preemptible else 'not-preemptible'}"
 
     def class_params(self):
-        return {c: Params(preemptible=True) for c in super().class_params()}
+        return {{c: Params(preemptible={preemptible}) for c in super().class_params()}}
 """
+
 
 WATCH_CLASSES = """
 from scxctl.pyland.policies.deadline import DeadlinePolicy
@@ -317,18 +321,6 @@ class WatchClasses(DeadlinePolicy):
                 "lone_reports": len(runs), "lone_median_run_ns": runs[len(runs) // 2] if runs else -1}
 """
 
-NONE_PREEMPTIBLE = """
-from scxctl.pyland.policies.deadline import DeadlinePolicy
-from scxctl.pyland.policy import Params
-
-
-class NonePreemptible(DeadlinePolicy):
-    name = "none-preemptible"
-
-    def class_params(self):
-        return {c: Params(preemptible=False) for c in super().class_params()}
-"""
-
 SLOW_TURNS = """
 import time
 
@@ -354,10 +346,10 @@ def guest(vm: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     policies = tmp / "policies"
     policies.mkdir()
     (policies / "prefer.py").write_text(PREFER)
-    (policies / "all_preemptible.py").write_text(ALL_PREEMPTIBLE)
+    (policies / "all_preemptible.py").write_text(every_class(preemptible=True))
     (policies / "watch_classes.py").write_text(WATCH_CLASSES)
     (policies / "slow_turns.py").write_text(SLOW_TURNS)
-    (policies / "none_preemptible.py").write_text(NONE_PREEMPTIBLE)
+    (policies / "none_preemptible.py").write_text(every_class(preemptible=False))
     (policies / "misbehave.py").write_text((POLICIES / "misbehave.py").read_text())
     res = vm.run("bash /tmp/steer_scenario.sh", timeout=1200, cpus=2, mem="2G",
                  copy=[(str(script), "/tmp/steer_scenario.sh"), (str(policies), "/tmp/test-policies")],
